@@ -1,0 +1,293 @@
+"""Casting Gluon blocks and Symbol graphs to float16 (or bfloat16) for training and inference.
+
+The recipe is the MXNet float16 guide's: a cast to float16 after every data input, float16 weights,
+float32 parameters for normalization layers, and a cast to float32 before softmax and loss heads (and
+before the other ops MXNet's AMP lists keep in float32).  Gluon blocks go through the same graph
+rewrite as symbols, so one set of rules serves both APIs.
+"""
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+from mxnet.contrib import amp
+from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
+
+from .dtypes import FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode
+from .emulation import emulate_float16, resolve_emulate
+from .graph import (MARK, GraphRewriter, internal_dtypes, node_dtype, strip,
+                    without_dtype)
+
+_CONDITIONAL_FLOAT32 = {op: (attr, values) for op, attr, values in _amp_lists.CONDITIONAL_FP32_FUNCS}
+
+
+def _runs_in_float32(node):
+    op = node["op"]
+    if op in FLOAT32_OPS:
+        return True
+    rule = _CONDITIONAL_FLOAT32.get(op)
+    return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
+
+
+def _cast_whole_graph(sym, data_names):
+    """The GPU float16 graph of the MXNet float16 guide (no emulation)."""
+    rw = GraphRewriter(sym)
+    kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
+    for old_id, node in rw.nodes_in_order():
+        if node["op"] == "null":
+            is_data = node["name"] in data_names
+            new_id = rw.emit(node if is_data else without_dtype(node), [], old_id)
+            kind[new_id] = "float32" if is_data else None
+            continue
+        inputs = [rw.input_entry(e) for e in node["inputs"]]
+        target = node_dtype(node)
+        if target is None:
+            target = "float32" if _runs_in_float32(node) else "float16"
+            other = {"float32": "float16", "float16": "float32"}[target]
+            skip = INDEX_INPUTS.get(node["op"], ())
+            inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
+                      for i, e in enumerate(inputs)]
+        kind[rw.emit(node, inputs, old_id)] = target
+    heads = [rw.cast(h, "float32") if kind.get(h[0]) == "float16" else h for h in rw.heads()]
+    return rw.to_symbol(heads)
+
+
+def _mark_new_casts(sym, before):
+    """Mark the cast nodes AMP inserted (names not in ``before``) so a later cast can drop them."""
+    rw = GraphRewriter(sym)
+    for old_id, node in rw.nodes_in_order():
+        if node["op"] in ("amp_cast", "amp_multicast") and node["name"] not in before:
+            node = dict(node, attrs=dict(node.get("attrs", {}), **{MARK: "amp"}))
+        rw.copy(old_id, node)
+    return rw.to_symbol(rw.heads())
+
+
+def _outputs_to_float32(sym, data_names):
+    """Cast every output that is not float32 (as inferred with float32 data) to float32."""
+    types = internal_dtypes(sym, {name: "float32" for name in data_names})
+    rw = GraphRewriter(sym)
+    for old_id, node in rw.nodes_in_order():
+        rw.copy(old_id, node)
+    heads = [rw.cast(h, "float32") if types.get(name, "float32") != "float32" else h
+             for h, name in zip(rw.heads(), sym.list_outputs())]
+    return rw.to_symbol(heads)
+
+
+def _cast_with_amp(sym, dtype, data_names):
+    """MXNet's AMP pass with its own op lists; outputs come back as float32."""
+    plain = strip(sym, data_names)
+    before = {node["name"] for node in GraphRewriter(plain).old_nodes}
+    converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
+                                   cast_optional_params=(dtype == "float16"))
+    return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
+
+
+def _check_data_names(sym, data_names):
+    arguments = sym.list_arguments()
+    missing = [name for name in data_names if name not in arguments]
+    if missing:
+        raise ValueError(f"data input(s) {missing} not found among the symbol's arguments "
+                         f"{arguments[:8]}{' ...' if len(arguments) > 8 else ''}: pass "
+                         "data_names=[...] with the names of the graph's data inputs")
+
+
+def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("data",)):
+    """Cast a Symbol graph for mixed-precision training.
+
+    Parameters
+    ----------
+    sym : mx.sym.Symbol
+        A float32 graph, for example a ResNet ending in ``SoftmaxOutput``.
+    dtype : {'float16', 'bfloat16', 'float32'}
+        ``'float32'`` returns ``sym`` unchanged; ``'bfloat16'`` takes MXNet's AMP bfloat16 pass.
+    emulate : bool or None
+        CPU emulation of float16 (see :mod:`mxfp16.emulation`).  ``None``: on when MXNet sees no GPU.
+        ``False`` builds the GPU graph even on a CPU machine.
+    mode : {'full', 'amp'}
+        ``'full'``: every op runs in float16 except normalization layers, softmax, losses and the ops
+        MXNet's AMP lists keep in float32.  ``'amp'``: MXNet's AMP pass decides op by op.
+    data_names : sequence of str
+        The data inputs; each gets a cast to float16.  Labels and parameters are not cast.
+
+    Returns
+    -------
+    mx.sym.Symbol
+        The cast graph.  With float32 data, ``infer_type`` gives float16 weights and float32
+        normalization parameters; it binds and trains with ``mx.mod.Module``.  Casting a cast graph
+        again gives the same graph.
+
+    Raises
+    ------
+    TypeError
+        If ``sym`` is not a Symbol.
+    ValueError
+        For an unknown ``dtype`` or ``mode``, or a data name the graph does not have.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> net = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=4, name='fc')
+    >>> net = mx.sym.SoftmaxOutput(net, name='softmax')
+    >>> cast = cast_symbol(net, 'float16', emulate=False)
+    >>> arg_types, _, _ = cast.infer_type(data='float32')
+    >>> dict(zip(cast.list_arguments(), [t.__name__ for t in arg_types]))['fc_weight']
+    'float16'
+    """
+    if not isinstance(sym, mx.sym.Symbol):
+        raise TypeError(f"cast_symbol takes an mx.sym.Symbol, got {type(sym).__name__}: "
+                        "use cast_block for a Gluon block")
+    dtype = check_dtype(dtype)
+    check_mode(mode)
+    data_names = tuple(data_names)
+    _check_data_names(sym, data_names)
+    if dtype == "float32":
+        return sym
+    if dtype == "bfloat16":
+        resolve_emulate(emulate, dtype)
+        return _cast_with_amp(sym, dtype, data_names)
+    gpu = _cast_whole_graph(sym, data_names) if mode == "full" else \
+        _cast_with_amp(sym, dtype, data_names)
+    if not resolve_emulate(emulate, dtype):
+        return gpu
+    plan = internal_dtypes(gpu, {name: "float32" for name in data_names})
+    return emulate_float16(sym, plan, data_names)
+
+
+def _block_graph(block, input_names):
+    """The block's graph as ``(input symbols, output symbol)``."""
+    if isinstance(block, gluon.SymbolBlock):
+        # A SymbolBlock keeps its graph here and offers no public accessor for it.
+        inputs, outputs = block._cached_graph
+        return list(inputs), outputs
+    inputs = [mx.sym.var(name) for name in input_names]
+    outputs = block(*inputs)
+    if isinstance(outputs, (list, tuple)):
+        outputs = mx.sym.Group(list(outputs))
+    return inputs, outputs
+
+
+def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("data",)):
+    """Prepare a Gluon HybridBlock for mixed-precision training and inference.
+
+    All parameters become float16 except those of normalization layers (BatchNorm, SyncBatchNorm,
+    InstanceNorm, LayerNorm, GroupNorm), whose weights and running statistics stay float32.  Inputs
+    of any float dtype are accepted; outputs come back as float32, so softmax and losses run in
+    float32.  The parameters are cast in place and shared with the returned block.
+
+    Parameters
+    ----------
+    block : gluon.HybridBlock
+        Any hybridizable network (model-zoo networks, ``SymbolBlock.imports`` of a checkpoint),
+        initialized or not, hybridized or not.
+    dtype : {'float16', 'bfloat16', 'float32'}
+        ``'float32'`` returns ``block`` itself, unchanged.
+    emulate : bool or None
+        CPU emulation of float16; ``None`` turns it on when MXNet sees no GPU.
+    mode : {'full', 'amp'}
+        As in :func:`cast_symbol`.
+    input_names : sequence of str
+        Names for the block's inputs (ignored for a SymbolBlock, which has its own).
+
+    Returns
+    -------
+    gluon.SymbolBlock
+        The cast network.  It shares the Parameter objects of ``block``, so ``block.save_parameters``
+        and an existing Trainer over ``block.collect_params()`` keep working.
+
+    Raises
+    ------
+    TypeError
+        If ``block`` is not a HybridBlock.
+    ValueError
+        For an unknown ``dtype`` or ``mode``.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet.gluon import nn
+    >>> net = nn.HybridSequential()
+    >>> net.add(nn.Dense(8), nn.BatchNorm(), nn.Dense(2))
+    >>> net.initialize()
+    >>> net16 = cast_block(net, 'float16')
+    >>> net[0].weight.dtype.__name__, net[1].gamma.dtype.__name__
+    ('float16', 'float32')
+    >>> net16(mx.nd.ones((4, 3))).dtype.__name__
+    'float32'
+    """
+    if not isinstance(block, gluon.HybridBlock):
+        raise TypeError(f"cast_block takes a gluon.HybridBlock, got {type(block).__name__}: "
+                        "make the network hybridizable, or pass a Symbol to cast_symbol")
+    dtype = check_dtype(dtype)
+    check_mode(mode)
+    if dtype == "float32":
+        return block
+    inputs, outputs = _block_graph(block, input_names)
+    data_names = [s.name for s in inputs]
+    sym = cast_symbol(outputs, dtype, emulate=emulate, mode=mode, data_names=data_names)
+    types = internal_dtypes(sym, {name: "float32" for name in data_names})
+    params = block.collect_params()
+    for name, param in params.items():
+        if name in types and np.dtype(param.dtype) != np.dtype(types[name]):
+            param.cast(np.dtype(types[name]).type)
+    inputs = [mx.sym.var(name, dtype="float32") for name in data_names]
+    return gluon.SymbolBlock(sym, inputs, params=params)
+
+
+def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=None,
+                allow_missing=False, allow_extra=False):
+    """Convert float32 checkpoint parameters to the dtypes a cast symbol expects.
+
+    Use it to fine-tune a float32 pretrained model in float16 with ``mx.mod.Module``.
+
+    Parameters
+    ----------
+    arg_params, aux_params : dict of str to NDArray
+        As ``mx.model.load_checkpoint`` returns them.
+    sym : mx.sym.Symbol
+        The graph the parameters are for, usually the output of :func:`cast_symbol`.
+    data_names : sequence of str
+        The graph's data inputs (not parameters).
+    label_names : sequence of str or None
+        The graph's label inputs; ``None`` means the arguments whose names end in ``label``.
+    allow_missing : bool
+        Leave out graph parameters the checkpoint lacks (for example a new classifier) instead of
+        raising.
+    allow_extra : bool
+        Ignore checkpoint parameters the graph does not use instead of raising.
+
+    Returns
+    -------
+    (dict, dict)
+        ``arg_params`` and ``aux_params`` in the graph's dtypes.
+
+    Raises
+    ------
+    ValueError
+        Naming every missing or unexpected parameter.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> net = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
+    >>> params = {'fc_weight': mx.nd.ones((2, 3)), 'fc_bias': mx.nd.zeros((2,))}
+    >>> args, aux = cast_params(params, {}, cast_symbol(net, 'float16', emulate=False))
+    >>> args['fc_weight'].dtype.__name__
+    'float16'
+    """
+    data_names = tuple(data_names)
+    types = internal_dtypes(sym, {name: "float32" for name in data_names})
+    inputs = set(data_names) | set(label_names if label_names is not None else
+                                   [n for n in sym.list_arguments() if n.endswith("label")])
+    converted = []
+    for given, expected in ((arg_params, [n for n in sym.list_arguments() if n not in inputs]),
+                            (aux_params, sym.list_auxiliary_states())):
+        given = dict(given or {})
+        missing = [n for n in expected if n not in given]
+        extra = [n for n in given if n not in expected]
+        if missing and not allow_missing:
+            raise ValueError(f"the checkpoint has no value for parameter(s) {missing}: pass "
+                             "allow_missing=True to leave them to the initializer")
+        if extra and not allow_extra:
+            raise ValueError(f"the checkpoint has parameter(s) {extra} that the graph does not use: "
+                             "pass allow_extra=True to ignore them, or check the network")
+        converted.append({n: v.astype(types.get(n, "float32"), copy=False)
+                          for n, v in given.items() if n in expected})
+    return converted[0], converted[1]

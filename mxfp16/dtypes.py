@@ -1,0 +1,119 @@
+"""The dtype rules of mixed-precision training, as named constants.
+
+Each rule carries the reason it exists.  The float32 op list is MXNet's own AMP list
+(:mod:`mxnet.contrib.amp.lists.symbol_fp16`), not a copy of it, so it follows the installed MXNet.
+"""
+from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
+
+#: Training dtypes mxfp16 understands.
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+
+#: Low-precision dtypes: the ones that need float32 master weights.
+LOW_PRECISION_DTYPES = ("float16", "bfloat16")
+
+#: Casting modes: ``full`` casts the whole network (the MXNet float16 guide's recipe),
+#: ``amp`` lets MXNet's AMP op lists decide op by op.
+CAST_MODES = ("full", "amp")
+
+#: Normalization layers keep float32 weights and running statistics: their statistics are sums of
+#: squares over many values, which overflow or lose precision in float16.
+NORM_OPS = frozenset({
+    "BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm", "_contrib_SyncBatchNorm",
+    "InstanceNorm", "LayerNorm", "GroupNorm",
+})
+
+#: BatchNorm is the one normalization op whose kernels take float16 data with float32 parameters, so it
+#: runs in place; the other normalization ops are fed float32 (their kernels want one dtype throughout).
+NORM_OPS_WITH_FLOAT16_DATA = frozenset({"BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm"})
+
+#: Loss heads and softmax run in float32: exp() of a float16 logit overflows above ~11, and the
+#: normalising sums lose precision.  These are the ones named in the MXNet float16 guide; MXNet's AMP
+#: float32 list adds the rest (exp, log, norms, reductions, ...).
+LOSS_AND_SOFTMAX_OPS = frozenset({
+    "SoftmaxOutput", "Softmax", "softmax", "log_softmax", "SoftmaxActivation", "softmin",
+    "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput", "SVMOutput",
+    "MakeLoss", "make_loss", "softmax_cross_entropy", "CTCLoss", "ctc_loss", "_contrib_CTCLoss",
+    "_contrib_ctc_loss", "smooth_l1",
+})
+
+#: Ops that run in float32 in a float16 network.
+FLOAT32_OPS = frozenset(_amp_lists.FP32_FUNCS) | LOSS_AND_SOFTMAX_OPS | (
+    NORM_OPS - NORM_OPS_WITH_FLOAT16_DATA)
+
+#: Loss-head ops whose backward ignores the incoming gradient and scales by their ``grad_scale``
+#: attribute instead: static loss scaling of a Symbol multiplies that attribute.
+GRAD_SCALE_HEADS = frozenset({
+    "SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput",
+    "MakeLoss",
+})
+
+#: Matrix-multiply ops: the ones Tensor Cores run, and the ones MXNet's CPU backend cannot run in
+#: float16 ("FP16 gemm on cpu not implemented!"), so CPU emulation computes them in float32.
+GEMM_OPS = frozenset({
+    "Convolution", "Deconvolution", "FullyConnected", "RNN", "dot", "batch_dot",
+    "_linalg_gemm", "_linalg_gemm2", "linalg_gemm", "linalg_gemm2", "_npi_matmul", "_npi_dot",
+})
+
+#: Inputs that hold integer indices, by op and input position: casting them to float16 would round
+#: indices above 2048.
+INDEX_INPUTS = {
+    "Embedding": (0,), "take": (1,), "pick": (1,), "one_hot": (0,), "gather_nd": (1,),
+    "SequenceMask": (1,), "SequenceLast": (1,), "SequenceReverse": (1,),
+    "SoftmaxOutput": (1,), "SVMOutput": (1,), "softmax_cross_entropy": (1,),
+}
+
+#: Ops whose output is on the float16 grid whenever their inputs are (they select or move values and
+#: never compute new ones), so emulation need not round their output again.
+GRID_PRESERVING_OPS = frozenset({
+    "relu", "Flatten", "flatten", "Reshape", "reshape", "transpose", "expand_dims", "squeeze",
+    "SliceChannel", "split", "slice", "slice_axis", "Concat", "concat", "_copy", "identity",
+    "max", "min", "_maximum", "_minimum", "broadcast_maximum", "broadcast_minimum", "SwapAxis",
+    "swapaxes", "tile", "repeat", "Crop", "Pad", "pad", "reverse", "_contrib_BilinearResize2D_none",
+})
+
+#: Ops that produce the float16 grid only with some attribute values (op -> (attribute, values)).
+CONDITIONAL_GRID_PRESERVING_OPS = {
+    "Activation": ("act_type", ("relu",)),
+    "Pooling": ("pool_type", ("max",)),
+}
+
+
+def check_dtype(dtype):
+    """Return the canonical name of a training dtype, or raise.
+
+    Parameters
+    ----------
+    dtype : str or numpy dtype
+        ``'float32'``, ``'float16'`` or ``'bfloat16'`` (``numpy.float16`` etc. are accepted).
+
+    Returns
+    -------
+    str
+        The dtype's name.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is not one of :data:`SUPPORTED_DTYPES`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_dtype(np.float16)
+    'float16'
+    """
+    name = getattr(dtype, "__name__", None) or str(dtype)
+    name = {"fp16": "float16", "half": "float16", "fp32": "float32", "bf16": "bfloat16"}.get(name, name)
+    if name not in SUPPORTED_DTYPES:
+        raise ValueError(
+            f"unknown dtype {dtype!r}: choose one of {', '.join(SUPPORTED_DTYPES)} "
+            f"(for example dtype='float16')")
+    return name
+
+
+def check_mode(mode):
+    """Return ``mode`` if it is one of :data:`CAST_MODES`, or raise ``ValueError`` naming the choices."""
+    if mode not in CAST_MODES:
+        raise ValueError(f"unknown cast mode {mode!r}: choose one of {', '.join(CAST_MODES)} "
+                         "('full' casts the whole network, 'amp' uses MXNet's AMP op lists)")
+    return mode

@@ -1,0 +1,172 @@
+"""CPU emulation of float16 training with the numerics of GPU mixed precision.
+
+MXNet's CPU backend has no float16 GEMM ("FP16 gemm on cpu not implemented!" for Convolution,
+FullyConnected, Deconvolution, dot, ...) and its float16 elementwise kernels are 3-20x slower than
+float32.  An emulated graph therefore computes in float32 and rounds through float16 exactly where a
+GPU stores float16 at a matrix multiply:
+
+* **weights** of a float16 network are float16 parameters (half the bytes, as on a GPU); each use
+  casts them to float32, and their gradients come back rounded to float16;
+* **inputs and outputs of every GEMM** (Convolution, Deconvolution, FullyConnected, dot, batch_dot,
+  RNN, linalg_gemm) that the GPU graph runs in float16 are rounded to float16 (round to nearest even;
+  above 65504 to inf; below 2**-24 to zero, subnormals kept) and back to float32.  The rounding is a
+  pair of ``amp_cast`` ops, whose backward rounds the gradient through float16 at the same place;
+* **inside a GEMM** the products are accumulated in float32, as Tensor Cores and cuDNN do;
+* **the data** entering the network are rounded to float16, as the GPU graph's input cast does;
+* normalization layers, softmax and losses see float32, with float32 parameters, as on a GPU.
+
+Between GEMMs (BatchNorm, activations, pooling, additions) values stay float32 on the CPU while a GPU
+keeps them float16; every such value is rounded again before the next GEMM reads it, so what the next
+GEMM sees is exactly what the GPU's would see whenever those elementwise ops are exact in float16
+(ReLU, max-pooling, reshapes) and within one float16 rounding otherwise.  Values already on the float16
+grid (the output of ReLU or max-pooling of rounded values) are not rounded twice.
+"""
+import logging
+
+import mxnet as mx
+
+from .dtypes import (CONDITIONAL_GRID_PRESERVING_OPS, GEMM_OPS, GRID_PRESERVING_OPS, INDEX_INPUTS)
+from .graph import DTYPE_CODES, GraphRewriter, node_dtype, without_dtype
+
+log = logging.getLogger(__name__)
+
+
+def resolve_emulate(emulate, dtype):
+    """Decide whether float16 is emulated: ``None`` means "when MXNet sees no GPU".
+
+    Parameters
+    ----------
+    emulate : bool or None
+        ``None`` switches emulation on when ``dtype`` is float16 and ``mx.context.num_gpus() == 0``
+        (and logs one line saying so); ``True`` / ``False`` force it.
+    dtype : str
+        Canonical dtype name.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ValueError
+        If ``emulate=True`` is asked for a dtype other than float16.
+
+    Examples
+    --------
+    >>> resolve_emulate(False, 'float16')
+    False
+    """
+    if emulate is None:
+        emulate = dtype == "float16" and mx.context.num_gpus() == 0
+        if emulate:
+            log.info("mxfp16: no GPU found, so float16 runs as CPU emulation (float32 compute, "
+                     "float16 rounding at every GEMM boundary); pass emulate=False to keep float16 ops")
+        return emulate
+    if emulate not in (True, False):
+        raise ValueError(f"emulate={emulate!r}: choose None (automatic), True or False")
+    if emulate and dtype != "float16":
+        raise ValueError(f"emulate=True applies to float16 only, got dtype={dtype!r}: "
+                         "bfloat16 runs natively on CPU; pass emulate=None")
+    return emulate
+
+
+def is_grid_preserving(node):
+    """Whether ``node`` only selects or moves values, so rounded inputs give rounded outputs."""
+    op = node["op"]
+    if op in GRID_PRESERVING_OPS:
+        return True
+    rule = CONDITIONAL_GRID_PRESERVING_OPS.get(op)
+    return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
+
+
+class _Emulator:
+    """Rewrites a float32 graph into its emulated float16 form, following a GPU graph's dtypes."""
+
+    def __init__(self, sym, plan, data_names):
+        self.rw = GraphRewriter(sym)
+        self.plan = plan
+        self.data_names = set(data_names)
+        self.rounded = set()  # new node ids whose outputs are rounded on every use
+        self.half_params = set()  # new node ids of float16 parameters
+        self.on_grid = set()  # new node ids whose outputs already are float16 values
+
+    def use(self, old_entry):
+        """The float32 entry a consumer reads for an old entry."""
+        entry = self.rw.input_entry(old_entry)
+        if entry[0] in self.rounded:
+            return self.round(entry)
+        if entry[0] in self.half_params:
+            cast = self.rw.cast(entry, "float32")
+            self.on_grid.add(cast[0])
+            return cast
+        return entry
+
+    def round(self, entry):
+        if entry[0] in self.on_grid:
+            return entry
+        out = self.rw.round_to_float16(entry)
+        self.on_grid.add(out[0])
+        return out
+
+    def variable(self, old_id, node):
+        name = node["name"]
+        if name not in self.data_names and self.plan.get(name) == "float16":
+            attrs = dict(node.get("attrs", {}), __dtype__=DTYPE_CODES["float16"])
+            self.half_params.add(self.rw.emit(dict(node, attrs=attrs), [], old_id))
+            return
+        is_data = name in self.data_names
+        new_id = self.rw.emit(node if is_data else without_dtype(node), [], old_id)
+        if is_data:
+            self.rounded.add(new_id)
+
+    def runs_in_float16(self, node):
+        name = node["name"]
+        return "float16" in (self.plan.get(f"{name}_output"), self.plan.get(f"{name}_output0"))
+
+    def operator(self, old_id, node):
+        inputs = [self.use(e) for e in node["inputs"]]
+        cast_to = node_dtype(node)
+        if cast_to == "float16":  # a cast the graph already had becomes a rounding
+            self.rw.replace(old_id, self.round(inputs[0]))
+            return
+        if cast_to == "float32":
+            self.rw.replace(old_id, inputs[0])
+            return
+        gemm = node["op"] in GEMM_OPS and self.runs_in_float16(node)
+        if gemm:
+            skip = INDEX_INPUTS.get(node["op"], ())
+            inputs = [e if i in skip else self.round(e) for i, e in enumerate(inputs)]
+        new_id = self.rw.emit(node, inputs, old_id)
+        if gemm:
+            self.rounded.add(new_id)
+        elif is_grid_preserving(node) and all(e[0] in self.on_grid for e in inputs):
+            self.on_grid.add(new_id)
+
+    def run(self):
+        for old_id, node in self.rw.nodes_in_order():
+            if node["op"] == "null":
+                self.variable(old_id, node)
+            else:
+                self.operator(old_id, node)
+        return self.rw.to_symbol([self.use(head) for head in self.rw.old_heads])
+
+
+def emulate_float16(sym, plan, data_names):
+    """Rewrite float32 graph ``sym`` so that it computes in float32 with float16 rounding.
+
+    Parameters
+    ----------
+    sym : mx.sym.Symbol
+        The original (float32) graph.
+    plan : dict of str to str
+        The dtypes of the GPU float16 graph, as :func:`mxfp16.graph.internal_dtypes` gives them:
+        which parameters are float16 and which GEMMs run in float16.
+    data_names : sequence of str
+        The graph's data inputs.
+
+    Returns
+    -------
+    mx.sym.Symbol
+        The emulated graph (see the module docstring for its exact semantics).
+    """
+    return _Emulator(sym, plan, data_names).run()

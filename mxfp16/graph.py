@@ -1,0 +1,174 @@
+"""Rewriting MXNet Symbol graphs: the JSON node list, copied node by node with new nodes inserted.
+
+MXNet 1.9 has no Python graph-pass API apart from AMP's fixed pass, so mxfp16 rewrites the graph's
+JSON, the format ``Symbol.tojson`` writes and ``mx.sym.load_json`` reads.  Nodes come in topological
+order; an entry ``[node_id, output_index, version]`` names one output of one node.
+"""
+import json
+
+import mxnet as mx
+import numpy as np
+
+#: Attribute that marks the nodes mxfp16 inserts, so a second cast can take them out first.
+MARK = "__mxfp16__"
+
+#: MXNet's type codes, as ``mx.sym.var(dtype=...)`` writes them into ``__dtype__``.
+DTYPE_CODES = {"float32": "0", "float16": "2"}
+
+
+class GraphRewriter:
+    """Copies a symbol's nodes into a new graph, inserting nodes on the way.
+
+    Parameters
+    ----------
+    sym : mx.sym.Symbol
+        The graph to copy.  Nodes that an earlier mxfp16 cast inserted are dropped (their input takes
+        their place), so rewriting an already rewritten graph starts from the original.
+    """
+
+    def __init__(self, sym):
+        graph = json.loads(sym.tojson(remove_amp_cast=False))
+        self.old_nodes = graph["nodes"]
+        self.old_heads = graph["heads"]
+        self.meta = graph.get("attrs", {})
+        self.nodes = []
+        self._names = {node["name"] for node in self.old_nodes}
+        self._node = {}  # old node id -> new node id
+        self._override = {}  # (old node id, output index) -> new entry, for dropped nodes
+        self._cache = {}  # (new entry, key) -> new entry, so each cast is inserted once
+
+    def nodes_in_order(self):
+        """Yield ``(old_id, node)`` for the nodes to copy, skipping mxfp16's own inserted nodes."""
+        for old_id, node in enumerate(self.old_nodes):
+            if node.get("attrs", {}).get(MARK):
+                # An inserted cast passes its inputs through: the graph is rewritten from the original.
+                for index, old_input in enumerate(node["inputs"]):
+                    self._override[(old_id, index)] = self.input_entry(old_input)
+                continue
+            yield old_id, node
+
+    def input_entry(self, old_entry):
+        """The new entry that stands for an old entry ``[node, index, version]``."""
+        old_id, index = old_entry[0], old_entry[1]
+        if (old_id, index) in self._override:
+            return self._override[(old_id, index)]
+        return (self._node[old_id], index, 0)
+
+    def emit(self, node, inputs, old_id=None):
+        """Append a copy of ``node`` with new ``inputs``; it stands for old node ``old_id``."""
+        self.nodes.append(dict(node, inputs=[list(e) for e in inputs]))
+        new_id = len(self.nodes) - 1
+        if old_id is not None:
+            self._node[old_id] = new_id
+        return new_id
+
+    def copy(self, old_id, node):
+        """Append ``node`` (the old node or a modified copy) with its inputs mapped to the new graph."""
+        return self.emit(node, [self.input_entry(e) for e in node["inputs"]], old_id)
+
+    def replace(self, old_id, entry):
+        """Make ``entry`` stand for (the first output of) old node ``old_id``, which is not copied."""
+        self._override[(old_id, 0)] = entry
+
+    def heads(self):
+        """The new entries of the old graph's outputs."""
+        return [self.input_entry(head) for head in self.old_heads]
+
+    def unique_name(self, base):
+        name, n = base, 1
+        while name in self._names:
+            name, n = f"{base}{n}", n + 1
+        self._names.add(name)
+        return name
+
+    def insert_op(self, op, entry, key, **attrs):
+        """Insert ``op(entry, **attrs)`` once per ``(entry, key)`` and return its output entry."""
+        cached = self._cache.get((tuple(entry), key))
+        if cached is not None:
+            return cached
+        source = self.nodes[entry[0]]["name"]
+        attrs = {k: str(v) for k, v in attrs.items()}
+        attrs[MARK] = key
+        node = {"op": op, "name": self.unique_name(f"{source}_{key}"), "attrs": attrs}
+        out = (self.emit(node, [entry]), 0, 0)
+        self._cache[(tuple(entry), key)] = out
+        return out
+
+    def cast(self, entry, dtype):
+        """``amp_cast(entry, dtype)``, inserted once per entry and dtype."""
+        return self.insert_op("amp_cast", entry, f"amp_cast_{dtype}", dtype=dtype)
+
+    def round_to_float16(self, entry):
+        """Round a float32 entry through float16 and back: the value, and in backward its gradient,
+        land on the float16 grid (overflow to inf, underflow to zero) while staying float32."""
+        half = self.cast(entry, "float16")
+        return self.insert_op("amp_cast", half, "round_float16", dtype="float32")
+
+    def to_symbol(self, heads):
+        graph = {"nodes": self.nodes, "arg_nodes": [], "heads": [list(h) for h in heads],
+                 "attrs": self.meta}
+        return mx.sym.load_json(json.dumps(graph))
+
+
+def strip(sym, data_names):
+    """``sym`` without the nodes an earlier mxfp16 cast inserted and without pinned parameter dtypes:
+    the original graph, ready to be cast."""
+    rw = GraphRewriter(sym)
+    for old_id, node in rw.nodes_in_order():
+        rw.copy(old_id, node if node["name"] in data_names else without_dtype(node))
+    return rw.to_symbol(rw.heads())
+
+
+def without_dtype(node):
+    """A variable node without its ``__dtype__``, so type inference decides (Gluon pins float32)."""
+    if node["op"] != "null" or "__dtype__" not in node.get("attrs", {}):
+        return node
+    return dict(node, attrs={k: v for k, v in node["attrs"].items() if k != "__dtype__"})
+
+
+def node_dtype(node):
+    """The dtype a Cast or amp_cast node casts to, or None for any other node."""
+    if node["op"] in ("Cast", "amp_cast"):
+        return node.get("attrs", {}).get("dtype")
+    return None
+
+
+def op_inputs(node, skip):
+    """Positions of a node's inputs, without the positions in ``skip``."""
+    return [i for i in range(len(node["inputs"])) if i not in skip]
+
+
+def count_ops(sym, op):
+    """Number of nodes of type ``op`` in ``sym``.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> count_ops(mx.sym.relu(mx.sym.var('data')), 'relu')
+    1
+    """
+    return sum(1 for node in json.loads(sym.tojson(remove_amp_cast=False))["nodes"] if node["op"] == op)
+
+
+def internal_dtypes(sym, input_dtypes):
+    """Dtype names of every node output and argument of ``sym``, by output name.
+
+    Parameters
+    ----------
+    sym : mx.sym.Symbol
+    input_dtypes : dict of str to str
+        Known input dtypes, e.g. ``{'data': 'float32'}``.
+
+    Returns
+    -------
+    dict of str to str
+        ``{'conv0_output': 'float16', 'conv0_weight': 'float16', ...}``; types MXNet cannot infer are
+        left out.
+    """
+    internals = sym.get_internals()
+    _, out_types, _ = internals.infer_type_partial(**input_dtypes)
+    arg_types, _, aux_types = sym.infer_type_partial(**input_dtypes)
+    named = zip(internals.list_outputs(), out_types)
+    named = list(named) + list(zip(sym.list_arguments(), arg_types))
+    named += list(zip(sym.list_auxiliary_states(), aux_types))
+    return {name: np.dtype(t).name for name, t in named if t is not None}

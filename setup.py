@@ -1,0 +1,27 @@
+"""Install mxfp16: ``pip install -e ".[cpu]"`` (CPU) or ``pip install -e ".[cu112]"`` (CUDA 11.2 GPUs)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="mxfp16",
+    version="0.1.0",
+    description="Mixed-precision (float16) training for Apache MXNet 1.9, Gluon and Module APIs",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["mxfp16", "mxfp16.*"]),
+    python_requires=">=3.7",
+    install_requires=[
+        # MXNet 1.9.1 fails to import with numpy >= 1.24; other packages would pull numpy 2.
+        "numpy>=1.17,<1.24",
+        "gluoncv==0.10.5.post0",
+        "tqdm>=4.40",
+        "tensorboardX>=2.1",
+        "matplotlib>=3.1",
+        "opencv-python-headless>=4.1",
+    ],
+    extras_require={
+        # The MXNet build is the user's choice: CPU, or CUDA 11.2 for GPUs.
+        "cpu": ["mxnet==1.9.1"],
+        "cu112": ["mxnet-cu112==1.9.1"],
+        "test": ["pytest>=6", "scikit-learn>=0.24"],
+    },
+)
