@@ -63,7 +63,7 @@ def _mark_new_casts(sym, before):
 def _outputs_to_float32(sym, data_names):
     """Cast every output that is not float32 (as inferred with float32 data) to float32."""
     types = internal_dtypes(sym, {name: "float32" for name in data_names})
-    rw = GraphRewriter(sym)
+    rw = GraphRewriter(sym, drop_inserted=False)
     for old_id, node in rw.nodes_in_order():
         rw.copy(old_id, node)
     heads = [rw.cast(h, "float32") if types.get(name, "float32") != "float32" else h
@@ -78,6 +78,12 @@ def _cast_with_amp(sym, dtype, data_names):
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))
     return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
+
+
+def _describe(value):
+    """A one-line description of a wrong argument: its type and the start of its repr."""
+    text = " ".join(repr(value).split())
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def _check_data_names(sym, data_names):
@@ -132,7 +138,7 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     'float16'
     """
     if not isinstance(sym, mx.sym.Symbol):
-        raise TypeError(f"cast_symbol takes an mx.sym.Symbol, got {type(sym).__name__}: "
+        raise TypeError(f"cast_symbol takes an mx.sym.Symbol, got {_describe(sym)}: "
                         "use cast_block for a Gluon block")
     dtype = check_dtype(dtype)
     check_mode(mode)
@@ -213,7 +219,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     'float32'
     """
     if not isinstance(block, gluon.HybridBlock):
-        raise TypeError(f"cast_block takes a gluon.HybridBlock, got {type(block).__name__}: "
+        raise TypeError(f"cast_block takes a gluon.HybridBlock, got {_describe(block)}: "
                         "make the network hybridizable, or pass a Symbol to cast_symbol")
     dtype = check_dtype(dtype)
     check_mode(mode)

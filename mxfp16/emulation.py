@@ -10,7 +10,7 @@ GPU stores float16 at a matrix multiply:
 * **inputs and outputs of every GEMM** (Convolution, Deconvolution, FullyConnected, dot, batch_dot,
   RNN, linalg_gemm) that the GPU graph runs in float16 are rounded to float16 (round to nearest even;
   above 65504 to inf; below 2**-24 to zero, subnormals kept) and back to float32.  The rounding is a
-  pair of ``amp_cast`` ops, whose backward rounds the gradient through float16 at the same place;
+  pair of ``Cast`` ops, whose backward rounds the gradient through float16 at the same place;
 * **inside a GEMM** the products are accumulated in float32, as Tensor Cores and cuDNN do;
 * **the data** entering the network are rounded to float16, as the GPU graph's input cast does;
 * normalization layers, softmax and losses see float32, with float32 parameters, as on a GPU.

@@ -22,17 +22,21 @@ class GraphRewriter:
     Parameters
     ----------
     sym : mx.sym.Symbol
-        The graph to copy.  Nodes that an earlier mxfp16 cast inserted are dropped (their input takes
-        their place), so rewriting an already rewritten graph starts from the original.
+        The graph to copy.
+    drop_inserted : bool
+        Drop the nodes an earlier mxfp16 cast inserted (their input takes their place), so that
+        rewriting an already rewritten graph starts from the original.
     """
 
-    def __init__(self, sym):
+    def __init__(self, sym, drop_inserted=True):
+        self.drop_inserted = drop_inserted
         graph = json.loads(sym.tojson(remove_amp_cast=False))
         self.old_nodes = graph["nodes"]
         self.old_heads = graph["heads"]
         self.meta = graph.get("attrs", {})
         self.nodes = []
-        self._names = {node["name"] for node in self.old_nodes}
+        self._names = {node["name"] for node in self.old_nodes
+                       if not (drop_inserted and node.get("attrs", {}).get(MARK))}
         self._node = {}  # old node id -> new node id
         self._override = {}  # (old node id, output index) -> new entry, for dropped nodes
         self._cache = {}  # (new entry, key) -> new entry, so each cast is inserted once
@@ -40,7 +44,7 @@ class GraphRewriter:
     def nodes_in_order(self):
         """Yield ``(old_id, node)`` for the nodes to copy, skipping mxfp16's own inserted nodes."""
         for old_id, node in enumerate(self.old_nodes):
-            if node.get("attrs", {}).get(MARK):
+            if self.drop_inserted and node.get("attrs", {}).get(MARK):
                 # An inserted cast passes its inputs through: the graph is rewritten from the original.
                 for index, old_input in enumerate(node["inputs"]):
                     self._override[(old_id, index)] = self.input_entry(old_input)
@@ -95,14 +99,18 @@ class GraphRewriter:
         return out
 
     def cast(self, entry, dtype):
-        """``amp_cast(entry, dtype)``, inserted once per entry and dtype."""
-        return self.insert_op("amp_cast", entry, f"amp_cast_{dtype}", dtype=dtype)
+        """``Cast(entry, dtype)``, inserted once per entry and dtype.
+
+        ``Cast`` rather than ``amp_cast``: ``Symbol.save`` and ``Module.save_checkpoint`` drop
+        ``amp_cast`` nodes by default, and ``amp_cast`` leaves float64 inputs float64.
+        """
+        return self.insert_op("Cast", entry, f"cast_{dtype}", dtype=dtype)
 
     def round_to_float16(self, entry):
         """Round a float32 entry through float16 and back: the value, and in backward its gradient,
         land on the float16 grid (overflow to inf, underflow to zero) while staying float32."""
         half = self.cast(entry, "float16")
-        return self.insert_op("amp_cast", half, "round_float16", dtype="float32")
+        return self.insert_op("Cast", half, "round_float16", dtype="float32")
 
     def to_symbol(self, heads):
         graph = {"nodes": self.nodes, "arg_nodes": [], "heads": [list(h) for h in heads],

@@ -1,0 +1,256 @@
+"""cast_block, cast_symbol and cast_params: dtypes, numerics, idempotence, bad input."""
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+from mxnet.gluon import nn
+from mxnet.gluon.model_zoo import vision
+
+import mxfp16
+from mxfp16.models import get_network
+from mxfp16.graph import MARK, count_ops
+
+
+def dtype_name(param):
+    return np.dtype(param.dtype).name
+
+
+def norm_net():
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(8, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+            nn.InstanceNorm(), nn.Conv2D(8, 3, padding=1), nn.GroupNorm(num_groups=2),
+            nn.Flatten(), nn.Dense(16), nn.LayerNorm(), nn.Dense(3))
+    net.initialize()
+    return net
+
+
+NORM_SUFFIXES = ("gamma", "beta", "running_mean", "running_var")
+
+
+@pytest.mark.parametrize("mode", ["full", "amp"])
+@pytest.mark.parametrize("emulate", [True, False])
+def test_cast_block_parameter_dtypes(mode, emulate):
+    net = norm_net()
+    mxfp16.cast_block(net, "float16", emulate=emulate, mode=mode)
+    for name, param in net.collect_params().items():
+        expected = "float32" if name.endswith(NORM_SUFFIXES) else "float16"
+        assert dtype_name(param) == expected, name
+
+
+def test_cast_block_float32_returns_the_block_unchanged():
+    net = norm_net()
+    assert mxfp16.cast_block(net, "float32") is net
+    assert {dtype_name(p) for p in net.collect_params().values()} == {"float32"}
+
+
+def test_bfloat16_keeps_float32_master_parameters():
+    net = norm_net()
+    net16 = mxfp16.cast_block(net, "bfloat16")
+    assert {dtype_name(p) for p in net.collect_params().values()} == {"float32"}
+    out = net16(mx.nd.random.uniform(shape=(2, 3, 8, 8)))
+    assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("input_dtype", ["float32", "float16", "float64"])
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_cast_block_accepts_float_inputs_and_returns_float32(input_dtype, hybridize):
+    net = norm_net()
+    if hybridize:
+        net.hybridize()
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    ref = net(x)
+    net16 = mxfp16.cast_block(net, "float16")
+    if hybridize:
+        net16.hybridize()
+    out = net16(x.astype(input_dtype))
+    assert out.dtype == np.float32
+    assert np.allclose(out.asnumpy(), ref.asnumpy(), rtol=2e-2, atol=2e-2)
+
+
+def relative_error(out, ref):
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def test_resnet50_float16_matches_float32_forward_and_backward():
+    mx.random.seed(1)
+    net = vision.resnet50_v1(classes=10)
+    net.initialize(mx.init.Xavier())
+    x = mx.nd.random.uniform(shape=(2, 3, 64, 64))
+    label = mx.nd.array([1, 7])
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def forward_backward(block):
+        with autograd.record(train_mode=False):
+            out = block(x)
+            loss = loss_fn(out, label)
+        loss.backward()
+        return out.asnumpy(), net.output.weight.grad().astype("float32").asnumpy()
+
+    ref_out, ref_grad = forward_backward(net)
+    net16 = mxfp16.cast_block(net, "float16")
+    assert dtype_name(net.features[0].weight) == "float16"
+    assert dtype_name(net.features[1].gamma) == "float32"
+    out, grad = forward_backward(net16)
+    assert relative_error(out, ref_out) < 1e-2
+    assert relative_error(grad, ref_grad) < 1e-2
+
+
+def test_cast_block_of_symbolblock_imported_from_float32_checkpoint(tmp_path):
+    net = norm_net()
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    ref = net(x)
+    net.export(str(tmp_path / "net"))
+    imported = gluon.SymbolBlock.imports(str(tmp_path / "net-symbol.json"), ["data"],
+                                         str(tmp_path / "net-0000.params"))
+    net16 = mxfp16.cast_block(imported, "float16")
+    weights = [p for n, p in imported.collect_params().items() if n.endswith("weight")]
+    assert weights and all(dtype_name(p) == "float16" for p in weights)
+    assert np.allclose(net16(x).asnumpy(), ref.asnumpy(), rtol=2e-2, atol=2e-2)
+
+
+ZOO = ["alexnet", "densenet121", "inceptionv3", "mobilenet0.25", "mobilenetv2_0.25",
+       "resnet18_v1", "resnet18_v2", "squeezenet1.1", "vgg11_bn"]
+GLUONCV_ZOO = ["resnet50_v1d", "resnext50_32x4d", "se_resnet18_v1", "mobilenetv3_small",
+               "darknet53", "xception", "senet_154", "resnest14", "cifar_resnet20_v1"]
+
+
+@pytest.mark.parametrize("name", ZOO + GLUONCV_ZOO)
+def test_model_zoo_networks_cast_and_run(name):
+    net = get_network(name, num_classes=10)
+    net.initialize()
+    size = {"inceptionv3": 299, "xception": 299, "alexnet": 224, "densenet121": 224,
+            "squeezenet1.1": 224}.get(name, 64)
+    if name.startswith("cifar"):
+        size = 32
+    x = mx.nd.random.uniform(shape=(1, 3, size, size))
+    net16 = mxfp16.cast_block(net, "float16")
+    params = net.collect_params()
+    halves = [n for n, p in params.items() if dtype_name(p) == "float16"]
+    assert halves and all(not n.endswith(NORM_SUFFIXES) for n in halves)
+    out = net16(x)
+    assert out.shape == (1, 10) and out.dtype == np.float32
+    assert np.isfinite(out.asnumpy()).all()
+
+
+def softmax_net(num_hidden=4):
+    data = mx.sym.var("data")
+    net = mx.sym.Convolution(data, num_filter=8, kernel=(3, 3), name="conv")
+    net = mx.sym.BatchNorm(net, name="bn")
+    net = mx.sym.Activation(net, act_type="relu")
+    net = mx.sym.FullyConnected(mx.sym.flatten(net), num_hidden=num_hidden, name="fc")
+    return mx.sym.SoftmaxOutput(net, name="softmax")
+
+
+def argument_types(sym):
+    arg_types, _, aux_types = sym.infer_type(data="float32")
+    names = sym.list_arguments() + sym.list_auxiliary_states()
+    return {n: np.dtype(t).name for n, t in zip(names, arg_types + aux_types)}
+
+
+def test_cast_symbol_gpu_graph_follows_the_float16_guide():
+    cast = mxfp16.cast_symbol(softmax_net(), "float16", emulate=False)
+    types = argument_types(cast)
+    assert types["conv_weight"] == types["fc_weight"] == types["fc_bias"] == "float16"
+    assert types["bn_gamma"] == types["bn_moving_var"] == "float32"
+    assert types["data"] == types["softmax_label"] == "float32"
+    nodes = json.loads(cast.tojson(remove_amp_cast=False))["nodes"]
+    casts = [(n["attrs"]["dtype"], nodes[n["inputs"][0][0]]["name"]) for n in nodes
+             if n["op"] == "Cast"]
+    assert sorted(casts) == [("float16", "data"), ("float32", "fc")]
+
+
+@pytest.mark.parametrize("emulate", [True, False])
+@pytest.mark.parametrize("mode", ["full", "amp"])
+def test_casting_twice_adds_no_casts(emulate, mode):
+    once = mxfp16.cast_symbol(softmax_net(), "float16", emulate=emulate, mode=mode)
+    twice = mxfp16.cast_symbol(once, "float16", emulate=emulate, mode=mode)
+    def casts(sym):
+        return count_ops(sym, "Cast") + count_ops(sym, "amp_cast")
+
+    assert casts(twice) == casts(once) > 0
+    assert once.tojson(remove_amp_cast=False) == twice.tojson(remove_amp_cast=False)
+
+
+def test_cast_symbol_of_a_graph_with_its_own_casts():
+    """The MXNet example symbols with dtype='float16' cast the data and the logits themselves."""
+    data = mx.sym.Cast(mx.sym.var("data"), dtype="float16")
+    net = mx.sym.FullyConnected(data, num_hidden=4, name="fc")
+    net = mx.sym.SoftmaxOutput(mx.sym.Cast(net, dtype="float32"), name="softmax")
+    gpu = mxfp16.cast_symbol(net, "float16", emulate=False)
+    assert count_ops(gpu, "Cast") == 2 and argument_types(gpu)["fc_weight"] == "float16"
+    emulated = mxfp16.cast_symbol(net, "float16", emulate=True)
+    assert argument_types(emulated)["fc_weight"] == "float16"
+    nodes = json.loads(emulated.tojson())["nodes"]
+    # The graph's own casts became roundings: every Cast left is one mxfp16 inserted.
+    assert all(MARK in n.get("attrs", {}) for n in nodes if n["op"] == "Cast")
+
+
+def test_emulated_symbol_trains_with_module():
+    sym = mxfp16.cast_symbol(softmax_net(), "float16", emulate=True)
+    assert argument_types(sym)["conv_weight"] == "float16"
+    mod = mx.mod.Module(sym, context=mx.cpu())
+    batch = mx.io.DataBatch([mx.nd.random.uniform(shape=(8, 3, 6, 6))], [mx.nd.arange(8) % 4])
+    mod.bind(data_shapes=[("data", (8, 3, 6, 6))], label_shapes=[("softmax_label", (8,))])
+    mod.init_params(mx.init.Xavier())
+    mod.init_optimizer(optimizer=mxfp16.make_optimizer("sgd", "float16", batch_size=8,
+                                                       learning_rate=0.5))
+    before = mod.get_params()[0]["fc_weight"].asnumpy()
+    for _ in range(3):
+        mod.forward_backward(batch)
+        mod.update()
+    after = mod.get_params()[0]["fc_weight"]
+    assert after.dtype == np.float16 and not np.array_equal(before, after.asnumpy())
+
+
+def test_cast_params_converts_checkpoint_dtypes():
+    sym = mxfp16.cast_symbol(softmax_net(), "float16", emulate=False)
+    arg_shapes, _, aux_shapes = sym.infer_shape(data=(1, 3, 6, 6))
+    args = {n: mx.nd.ones(s) for n, s in zip(sym.list_arguments(), arg_shapes)
+            if n not in ("data", "softmax_label")}
+    aux = {n: mx.nd.ones(s) for n, s in zip(sym.list_auxiliary_states(), aux_shapes)}
+    new_args, new_aux = mxfp16.cast_params(args, aux, sym)
+    assert {n: v.dtype.__name__ for n, v in new_args.items()} == {
+        "conv_weight": "float16", "conv_bias": "float16", "bn_gamma": "float32",
+        "bn_beta": "float32", "fc_weight": "float16", "fc_bias": "float16"}
+    assert {v.dtype.__name__ for v in new_aux.values()} == {"float32"}
+
+
+def test_cast_params_names_missing_and_unexpected_parameters():
+    sym = mxfp16.cast_symbol(softmax_net(), "float16", emulate=False)
+    args = {"conv_weight": mx.nd.ones((8, 3, 3, 3)), "stray_weight": mx.nd.ones(1)}
+    with pytest.raises(ValueError, match="fc_weight"):
+        mxfp16.cast_params(args, {}, sym)
+    with pytest.raises(ValueError, match="stray_weight"):
+        mxfp16.cast_params(args, {}, sym, allow_missing=True)
+    new_args, _ = mxfp16.cast_params(args, {}, sym, allow_missing=True, allow_extra=True)
+    assert list(new_args) == ["conv_weight"]
+
+
+@pytest.mark.parametrize("bad", ["float8", "int8", "double"])
+def test_unknown_dtype_names_value_and_choices(bad):
+    with pytest.raises(ValueError, match=rf"{bad}.*float32, float16, bfloat16"):
+        mxfp16.cast_block(norm_net(), bad)
+    with pytest.raises(ValueError, match=rf"{bad}.*float32, float16, bfloat16"):
+        mxfp16.cast_symbol(softmax_net(), bad)
+
+
+def test_unknown_mode_names_choices():
+    with pytest.raises(ValueError, match="'half'.*full, amp"):
+        mxfp16.cast_symbol(softmax_net(), mode="half")
+
+
+def test_wrong_argument_types_name_the_value():
+    with pytest.raises(TypeError, match="HybridBlock, got str 'resnet50_v1'"):
+        mxfp16.cast_block("resnet50_v1")
+    with pytest.raises(TypeError, match="Symbol, got HybridSequential"):
+        mxfp16.cast_symbol(norm_net())
+    with pytest.raises(ValueError, match=r"'images'.*data_names"):
+        mxfp16.cast_symbol(softmax_net(), data_names=["images"])
+
+
+def test_emulate_true_is_float16_only():
+    with pytest.raises(ValueError, match="float16 only"):
+        mxfp16.cast_symbol(softmax_net(), "bfloat16", emulate=True)
