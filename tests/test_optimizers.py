@@ -1,0 +1,79 @@
+"""make_optimizer / make_trainer: multi_precision, rescale_grad, float32 master weights."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet.gluon import nn
+
+import mxfp16
+
+
+@pytest.mark.parametrize("dtype, multi", [("float32", False), ("float16", True),
+                                          ("bfloat16", True)])
+def test_multi_precision_only_for_low_precision(dtype, multi):
+    assert mxfp16.make_optimizer("sgd", dtype).multi_precision is multi
+
+
+def test_rescale_grad_folds_loss_scale_and_batch_size_exactly():
+    assert mxfp16.make_optimizer("adam", "float16", loss_scale=1024, batch_size=32).rescale_grad \
+        == 2.0 ** -15
+    assert mxfp16.make_optimizer("sgd", "float16", loss_scale=8).rescale_grad == 0.125
+    assert mxfp16.rescale_grad() == 1.0
+
+
+def run_updates(name, multi_precision, steps=20):
+    opt = mx.optimizer.create(name, learning_rate=1e-4, multi_precision=multi_precision, wd=0.0)
+    weight = mx.nd.ones((4,), dtype="float16")
+    grad = mx.nd.ones((4,), dtype="float16")
+    state = opt.create_state_multi_precision(0, weight)
+    for _ in range(steps):
+        opt.update_multi_precision(0, weight, grad, state)
+    return weight.asnumpy()
+
+
+@pytest.mark.parametrize("name", ["sgd", "nag", "signum", "adam", "adamax", "nadam"])
+def test_updates_below_float16_resolution_need_master_weights(name):
+    # Each step moves 1.0 by ~1e-4, below half the float16 spacing at 1.0 (2**-11 = 4.9e-4).
+    assert np.all(run_updates(name, multi_precision=False) == 1.0)
+    kept = run_updates(name, multi_precision=True)
+    assert np.all(kept < 1.0) and np.all(kept > 0.99)
+
+
+@pytest.mark.parametrize("name", mxfp16.MULTI_PRECISION_OPTIMIZERS)
+def test_every_listed_optimizer_keeps_a_float32_master_copy(name):
+    opt = mxfp16.make_optimizer(name, "float16", learning_rate=0.01)
+    weight = mx.nd.full((4, 4), 0.5, dtype="float16")
+    state = opt.create_state_multi_precision(0, weight)
+    flat = state if isinstance(state, (list, tuple)) else [state]
+    masters = [s for s in flat if isinstance(s, mx.nd.NDArray) and s.dtype == np.float32
+               and s.shape == weight.shape and np.all(s.asnumpy() == 0.5)]
+    assert masters, f"{name} has no float32 master copy in its state"
+    opt.update_multi_precision(0, weight, mx.nd.full((4, 4), 0.1, dtype="float16"), state)
+    assert np.all(weight.asnumpy() == masters[0].asnumpy().astype("float16"))
+
+
+def test_lamb_is_refused_because_its_master_copy_never_moves():
+    """MXNet 1.9.1's mp_lamb_update_phase2 leaves the float32 copy as it was."""
+    assert np.all(run_updates("lamb", multi_precision=True) == 1.0)
+    with pytest.raises(ValueError, match="'lamb'"):
+        mxfp16.make_optimizer("lamb", "float16")
+
+
+def test_unknown_optimizer_names_the_supported_ones():
+    with pytest.raises(ValueError, match="'adamw_fp8'.*sgd, nag"):
+        mxfp16.make_optimizer("adamw_fp8", "float16")
+
+
+def test_arguments_set_by_make_optimizer_are_refused():
+    with pytest.raises(ValueError, match="multi_precision"):
+        mxfp16.make_optimizer("sgd", "float16", multi_precision=False)
+    with pytest.raises(ValueError, match="loss_scale must be positive"):
+        mxfp16.make_optimizer("sgd", "float16", loss_scale=0)
+
+
+def test_make_trainer_updates_on_workers():
+    net = nn.Dense(2, in_units=3)
+    net.initialize()
+    trainer = mxfp16.make_trainer(net.collect_params(), "sgd", "float16", learning_rate=0.1,
+                                  momentum=0.9)
+    assert trainer.optimizer.multi_precision and trainer.learning_rate == 0.1
+    trainer.allreduce_grads()  # raises if the update ran on the kvstore
