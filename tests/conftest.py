@@ -1,0 +1,66 @@
+"""Shared fixtures: a tiny image folder of real JPEG files, the RecordIO files built from it, and a
+loader for the scripts' ``main`` functions.  Everything is generated inside the test session."""
+import importlib.util
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+from mxfp16.prepare import prepare_dataset
+
+#: Class name -> dominant colour (BGR, as cv2 writes).  The classes differ in colour, so a tiny network
+#: learns them in a few epochs even through crops, flips and colour jitter; noise keeps it from
+#: being trivial.  Sorted names give the labels: blue 0, green 1, red 2, yellow 3.
+IMAGE_CLASSES = {"blue": (200, 40, 40), "green": (40, 200, 40), "red": (40, 40, 200),
+                 "yellow": (40, 200, 200)}
+IMAGES_PER_CLASS = 12
+IMAGE_HEIGHT, IMAGE_WIDTH = 40, 48
+
+SCRIPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+
+
+def write_image_folder(root, images_per_class=IMAGES_PER_CLASS, seed=0):
+    """Write ``root/<class>/<i>.jpg`` for every class of ``IMAGE_CLASSES``: the class colour plus
+    Gaussian noise (std 30), ``IMAGE_HEIGHT`` x ``IMAGE_WIDTH`` pixels."""
+    rng = np.random.RandomState(seed)
+    for name, colour in IMAGE_CLASSES.items():
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for index in range(images_per_class):
+            noise = rng.normal(0, 30, (IMAGE_HEIGHT, IMAGE_WIDTH, 3))
+            image = np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8)
+            cv2.imwrite(os.path.join(root, name, f"{index:02d}.jpg"), image)
+    return root
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory):
+    """Path (``pathlib.Path``) of an image folder: 4 classes (blue, green, red, yellow = labels 0..3)
+    x 12 JPEG images of 40 x 48 pixels, in ``<root>/<class>/00.jpg`` ... ``11.jpg``.  Read-only:
+    tests that change it copy it first."""
+    return write_image_folder(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="session")
+def rec_files(image_folder, tmp_path_factory):
+    """:class:`mxfp16.prepare.PreparedData` of the RecordIO files built from ``image_folder`` with
+    ``train_ratio=0.75, seed=0`` (what scripts/prepare_data.py runs): 36 train + 12 val images
+    (9 + 3 per class), 4 classes.  Paths: ``.train_rec``, ``.train_idx``, ``.val_rec``, ``.val_idx``,
+    ``.classes_file``; also ``.classes`` and ``.num_train`` / ``.num_val``.  Read-only."""
+    out_dir = tmp_path_factory.mktemp("rec")
+    return prepare_dataset(str(image_folder), str(out_dir), train_ratio=0.75, seed=0)
+
+
+def load_script_main(name):
+    """The ``main`` function of ``scripts/<name>.py`` (scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}",
+                                                  os.path.join(SCRIPTS_DIR, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture
+def script_main():
+    """A loader of script entry points: ``script_main("prepare_data")(["root", "out"])``."""
+    return load_script_main
