@@ -254,3 +254,31 @@ def test_wrong_argument_types_name_the_value():
 def test_emulate_true_is_float16_only():
     with pytest.raises(ValueError, match="float16 only"):
         mxfp16.cast_symbol(softmax_net(), "bfloat16", emulate=True)
+
+
+SYMBOL_FAMILIES = ["resnet18_v1", "resnext50_32x4d", "vgg11", "alexnet", "googlenet", "inceptionv3",
+                   "mobilenet0.25", "densenet121", "squeezenet1.0"]
+
+
+@pytest.mark.parametrize("name", SYMBOL_FAMILIES)
+def test_cast_symbol_of_gluon_exports_binds_and_trains_with_module(name, tmp_path):
+    size = {"inceptionv3": 299, "alexnet": 96, "densenet121": 224, "squeezenet1.0": 224,
+            "googlenet": 224}.get(name, 64)
+    net = get_network(name, num_classes=10)
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.zeros((1, 3, size, size)))
+    net.export(str(tmp_path / name))
+    sym, args, aux = mx.model.load_checkpoint(str(tmp_path / name), 0)
+    sym = mx.sym.SoftmaxOutput(sym, name="softmax")
+    cast = mxfp16.cast_symbol(sym, "float16")
+    types = argument_types(cast)
+    assert {t for n, t in types.items() if n.endswith("weight")} == {"float16"}
+    assert {t for n, t in types.items() if n.endswith(NORM_SUFFIXES)} <= {"float32"}
+    args, aux = mxfp16.cast_params(args, aux, cast)
+    mod = mx.mod.Module(cast, context=mx.cpu())
+    mod.bind(data_shapes=[("data", (1, 3, size, size))], label_shapes=[("softmax_label", (1,))])
+    mod.set_params(args, aux)
+    mod.forward_backward(mx.io.DataBatch([mx.nd.ones((1, 3, size, size))], [mx.nd.ones(1)]))
+    out = mod.get_outputs()[0].asnumpy()
+    assert out.shape == (1, 10) and np.isfinite(out).all()
