@@ -61,7 +61,14 @@ class GraphInfo:
 
 
 def graph_nodes(sym):
-    """The graph's JSON nodes, amp_cast nodes included (plain ``tojson`` drops them)."""
+    """The graph's JSON nodes, amp_cast nodes included (plain ``tojson`` drops them).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> [node['op'] for node in graph_nodes(mx.sym.relu(mx.sym.var('data')))]
+    ['null', 'relu']
+    """
     return json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
 
 
@@ -77,8 +84,8 @@ def strip_loss_head(sym):
     """
     if len(sym.list_outputs()) != 1:
         return sym
-    nodes = json.loads(sym.tojson(remove_amp_cast=False))
-    head = nodes["nodes"][nodes["heads"][0][0]]
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    head = graph["nodes"][graph["heads"][0][0]]
     if head["op"] in LABELLED_HEADS:
         return sym.get_children()[0]
     return sym
@@ -87,13 +94,13 @@ def strip_loss_head(sym):
 def _infer(sym, data_shapes, data_dtypes):
     """Shapes and dtypes of every internal output and argument, by name."""
     internals = sym.get_internals()
-    try:
-        arg_shapes, out_shapes, aux_shapes = internals.infer_shape(**data_shapes)
+    try:  # infer_shape would also print its arguments to stdout on failure
+        arg_shapes, out_shapes, aux_shapes = internals.infer_shape_partial(**data_shapes)
     except mx.base.MXNetError as err:
         message = str(err).strip().splitlines()[0]
         raise ValueError(f"shape inference failed for input shapes {data_shapes}: {message}; "
                          "check the image shape and batch size against the network") from None
-    if out_shapes is None:
+    if any(not shape or 0 in shape for shape in arg_shapes + out_shapes + aux_shapes):
         raise ValueError(f"input shapes {data_shapes} leave some shapes of the graph unknown: "
                          f"give the shape of every input among {sym.list_arguments()[:4]}...")
     shapes = dict(zip(internals.list_outputs(), out_shapes))

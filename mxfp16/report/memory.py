@@ -18,6 +18,11 @@ import re
 
 import numpy as np
 
+#: One-line statement of the activation model, for the rendered report.
+ACTIVATION_MODEL = ("estimate: every op output is kept for backward, in its dtype, plus the data input; "
+                    "no cuDNN workspace, activation-gradient buffers, CUDA context or fragmentation, "
+                    "and no memory sharing by MXNet's planner")
+
 #: Float32 values of optimizer state per weight: SGD and NAG keep a momentum, RMSProp (non-centered)
 #: and AdaGrad a running square, Adam and LAMB a mean and a variance.  SGD without momentum keeps
 #: none; call it 'sgd' with ``momentum=0`` in MXNet, here pass 'none'.
@@ -63,7 +68,13 @@ def parse_size(text):
 
 
 def check_optimizer(name):
-    """Return ``name`` lower-cased if :data:`OPTIMIZER_STATES` knows it, else raise ``ValueError``."""
+    """Return ``name`` lower-cased if :data:`OPTIMIZER_STATES` knows it, else raise ``ValueError``.
+
+    Examples
+    --------
+    >>> check_optimizer('Adam')
+    'adam'
+    """
     key = str(name).lower()
     if key not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {name!r} for the memory estimate: choose one of "
@@ -167,9 +178,26 @@ def memory_report(info32, info16, batch_size, gpu_bytes, data_names=("data",), o
     dict
         Per dtype (``'float32'``, ``'float16'``): ``parameters`` (:func:`parameter_bytes`),
         ``activations_per_sample``, ``total_at_batch``, ``max_batch_size`` and
-        ``max_batch_size_multiple_of_8``; plus ``batch_size``, ``gpu_bytes`` and ``optimizer``.
+        ``max_batch_size_multiple_of_8``; plus ``batch_size``, ``gpu_bytes``, ``optimizer`` and
+        ``activation_model``.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxfp16 import cast_symbol
+    >>> from mxfp16.report.graph_info import inspect_graph
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=8, name='fc')
+    >>> shapes = {'data': (4, 8)}
+    >>> report = memory_report(inspect_graph(fc, shapes),
+    ...                        inspect_graph(cast_symbol(fc, 'float16', emulate=False), shapes),
+    ...                        batch_size=4, gpu_bytes=2 ** 20)
+    >>> # float32: data 8 + output 8 values x 4 B; float16 adds a float16 copy of the data, a float16
+    >>> # output and its float32 copy: 32 + 16 + 16 + 32
+    >>> report['float32']['activations_per_sample'], report['float16']['activations_per_sample']
+    (64.0, 96.0)
     """
-    report = {"batch_size": batch_size, "gpu_bytes": gpu_bytes, "optimizer": check_optimizer(optimizer)}
+    report = {"batch_size": batch_size, "gpu_bytes": gpu_bytes, "optimizer": check_optimizer(optimizer),
+              "activation_model": ACTIVATION_MODEL}
     for dtype, info in (("float32", info32), ("float16", info16)):
         params = parameter_bytes(info, data_names, optimizer)
         per_sample = activation_bytes(info, data_names) / batch_size

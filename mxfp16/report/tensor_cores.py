@@ -87,7 +87,15 @@ def gemm_dims(layer):
 
 
 def stem_layers(sym):
-    """Names of the GEMM layers with no GEMM between them and the network's input."""
+    """Names of the GEMM layers with no GEMM between them and the network's input.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> first = mx.sym.Convolution(mx.sym.var('data'), num_filter=8, kernel=(1, 1), name='stem')
+    >>> stem_layers(mx.sym.FullyConnected(first, num_hidden=2, name='fc'))
+    ['stem']
+    """
     nodes = graph_nodes(sym)
     after_gemm, stems = [False] * len(nodes), []
     for index, node in enumerate(nodes):
@@ -102,6 +110,14 @@ def stem_layers(sym):
 def check_layer(layer, is_stem=False, multiple=FLOAT16_MULTIPLE):
     """The rule applied to one GEMM layer.
 
+    Parameters
+    ----------
+    layer : mxfp16.report.graph_info.Layer
+        A Convolution, Deconvolution or FullyConnected layer with shapes.
+    is_stem : bool
+        Whether the layer reads the network input with no GEMM before it (:func:`stem_layers`).
+    multiple : int
+
     Returns
     -------
     dict
@@ -109,6 +125,15 @@ def check_layer(layer, is_stem=False, multiple=FLOAT16_MULTIPLE):
         ``violations`` (dims not a multiple), ``suggestions`` (dim -> rounded-up size, whole layer),
         ``eligible`` (no violation), ``padded_by_cudnn`` (a stem whose only violation is its input
         channels) and ``note``.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxfp16.report.graph_info import inspect_graph
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=61, name='fc')
+    >>> check = check_layer(inspect_graph(fc, {'data': (32, 64)}).layers[0])
+    >>> check['dims'], check['suggestions']
+    ({'M': 32, 'N': 61, 'K': 64}, {'N': 64})
     """
     dims = gemm_dims(layer)
     groups = int(layer.attrs.get("num_group", 1))
