@@ -1,0 +1,618 @@
+"""Launching MXNet's parameter-server (``dist_sync``) training: scheduler, servers and workers.
+
+MXNet's ``tools/launch.py`` and the dmlc-core tracker behind it are not part of the pip wheel; this
+module does their job for the two cases that matter: every process on this machine, or workers and
+servers spread over a list of machines reached with ssh.  From the command line::
+
+    python scripts/launch.py -n 2 -s 1 -- python scripts/train_imagenet.py --kv-store dist_sync ...
+    python scripts/launch.py -n 4 -s 2 -H hosts.txt -- python scripts/train_imagenet.py ...
+
+and from Python, ``launch(['python', 'train.py', '--kv-store', 'dist_sync'], num_workers=2,
+num_servers=1, timeout=600)`` returns the job's exit code.
+
+**Processes.**  One scheduler, always on this machine, listening on a free port of ``root_uri``
+(127.0.0.1 for a local job).  ``num_servers`` servers and the scheduler run ``<python> -c "import
+mxnet"``: importing mxnet with ``DMLC_ROLE=server`` or ``scheduler`` runs the server loop, which
+returns and exits the process once every worker has finalized its kvstore (at worker exit).
+``<python>`` is the first word of the worker command when that names a Python interpreter
+(``python``, ``python3.11``, a virtualenv's ``bin/python``), else this interpreter.
+``num_workers`` workers run the given command (no shell: pass ``bash -c '...'`` for shell
+syntax); each creates ``mx.kv.create('dist_sync')`` and learns its ``kv.rank`` (assigned by the
+scheduler, not the launch order) and ``kv.num_workers``.
+
+**Local launcher.**  Every process runs here with this environment plus the variables below and
+``DMLC_NODE_HOST=127.0.0.1``, so ps-lite listens and connects on 127.0.0.1 only.
+
+**ssh launcher.**  The hostfile lists one machine per line, ``host``, ``host:ssh_port`` or
+``user@host[:ssh_port]`` (blank lines and ``#`` comments are skipped).  Worker ``i`` runs on host
+``i % len(hosts)`` and server ``j`` on host ``j % len(hosts)``, each through
+``ssh -tt -o StrictHostKeyChecking=no -o BatchMode=yes -p PORT HOST 'cd DIR && export ... && exec
+COMMAND'``: ``DIR`` is the current directory (the code and data must be at the same path on every
+machine, e.g. a shared file system), the exports are the variables below, ``DMLC_NODE_HOST=HOST``,
+the variables of :data:`FORWARDED_ENV` that are set here, and those passed with ``env``.  ``-tt``
+gives the remote command a terminal, so that stopping the local ssh client hangs it up.  Every
+machine must reach the scheduler at ``root_uri`` (default: this machine's address from its host
+name; pass ``--host-ip`` when that resolves to a loopback address) and every other machine on the
+ports ps-lite picks.
+
+**Environment of every process**: ``DMLC_ROLE`` (scheduler, server or worker),
+``DMLC_PS_ROOT_URI`` and ``DMLC_PS_ROOT_PORT`` (the scheduler's address), ``DMLC_NUM_SERVER``,
+``DMLC_NUM_WORKER``, ``DMLC_NODE_HOST`` (the address a server or worker listens on) and
+``DMLC_TASK_ID`` (launch index, as dmlc's local launcher numbers it: workers 0..n-1, then servers).
+``PS_VERBOSE=1`` or ``2`` in the environment makes ps-lite log its connections.
+
+**Training code.**  ``mxfp16.make_trainer(..., kvstore=kv)`` with ``kv = mx.kv.create('dist_sync')``
+aggregates on the servers and updates on each worker: the gradients a worker gets back are the
+*sums* over the workers, so pass the global batch, ``batch_size * kv.num_workers``, to
+``scaler.step`` / ``trainer.step``.  The Trainer sends rank 0's weights to every worker at its first
+step, after that step's forward and backward, and that broadcast races with the first gradient
+push: call :func:`sync_initial_weights` once before the first step, and initialise alike on every
+worker (same seed).  A loss scaler's skip decision is then the same on every worker
+(tests/test_distributed.py checks all of this on a real job).
+
+**Supervision.**  The launcher logs which process runs where (with its local pid) and waits for the
+workers.  Once all have exited with 0, it gives the servers and scheduler
+:data:`SERVER_EXIT_GRACE` seconds to exit and returns 0.  The first worker (or server, or scheduler) to fail
+decides the exit code (a signal N counts as 128 + N), and every other process is stopped: SIGTERM
+to its process group (each process runs in a session of its own), SIGKILL after
+:data:`KILL_GRACE` seconds.  The same happens on Ctrl-C, on SIGTERM to the launcher and after
+``timeout`` seconds (:class:`LaunchTimeout`).
+"""
+import logging
+import math
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+#: The ways to start servers and workers.
+LAUNCHERS = ("local", "ssh")
+#: The address of a local job: nothing listens beyond this machine.
+LOCAL_HOST = "127.0.0.1"
+#: Variables an ssh launch passes on when they are set here, as dmlc's ssh launcher does:
+#: thread count, library paths, the network interface ps-lite should use, ps-lite's log level.
+FORWARDED_ENV = ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "LD_LIBRARY_PATH", "PYTHONPATH",
+                 "DMLC_INTERFACE", "PS_VERBOSE")
+#: Options of every ssh call: no host-key prompt, no password prompt (fail instead of hanging),
+#: and a remote terminal, so the remote command is hung up when the local ssh client stops.
+SSH_OPTIONS = ("-tt", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes")
+#: Seconds the servers and the scheduler get to exit after the last worker succeeded.
+SERVER_EXIT_GRACE = 15.0
+#: Seconds between SIGTERM and SIGKILL when stopping a process group.
+KILL_GRACE = 3.0
+#: Seconds between two looks at the processes.
+POLL_INTERVAL = 0.1
+
+
+class LaunchError(ValueError):
+    """A job that cannot be launched as asked (bad counts, command, hostfile or launcher)."""
+
+
+class LaunchTimeout(RuntimeError):
+    """The job ran longer than its ``timeout``; every process was stopped."""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process of a job: its role, launch index, host, command line and added environment.
+
+    For an ssh process ``argv`` is the local ssh call and ``env`` is empty (the variables are
+    exported inside the remote command); otherwise ``env`` is added to this environment.
+    """
+    role: str
+    index: int
+    host: str
+    argv: tuple
+    env: dict = field(default_factory=dict)
+
+    @property
+    def name(self):
+        """``'worker 0'``, ``'server 1'``, ``'scheduler 0'``."""
+        return f"{self.role} {self.index}"
+
+
+def sync_initial_weights(trainer):
+    """Give every worker rank 0's weights now, before the first step of a distributed Trainer.
+
+    Call it once after creating the Trainer (e.g. with :func:`mxfp16.make_trainer` and
+    ``kvstore=mx.kv.create('dist_sync')``) and before the first ``scaler.step`` / ``trainer.step``.
+    Otherwise the Trainer broadcasts the weights lazily inside its first gradient exchange, and
+    MXNet 1.9's dist kvstore does not order that broadcast's pull before the first gradient push of
+    CPU arrays (``KVStoreDist`` swaps its communication buffer for the gradient array), so a worker
+    may receive the summed first gradients as its weights (tests/test_distributed.py's job without
+    this call: workers diverged in 1 run of 12 on an idle machine, 2 of 3 under load).  With any
+    other kvstore this only creates the Trainer's kvstore.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+        Its parameters initialized, none deferred.
+
+    Raises
+    ------
+    RuntimeError
+        If, with a distributed kvstore, a parameter still waits for its shape (deferred
+        initialization).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> net = mx.gluon.nn.Dense(2, in_units=3)
+    >>> net.initialize()
+    >>> trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', kvstore='local')
+    >>> sync_initial_weights(trainer)
+    """
+    # The Trainer has no public way to set up its kvstore without exchanging gradients; these are
+    # the calls its own step() makes first.
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    if trainer._params_to_init:
+        names = ", ".join(param.name for param in trainer._params_to_init)
+        raise RuntimeError(f"parameters {names} have no shape yet (deferred initialization): run "
+                           "one forward pass, or give the layers their input sizes (in_units=, "
+                           "in_channels=), before sync_initial_weights")
+    for param in trainer._params:
+        for array in param.list_data():
+            array.wait_to_read()  # the broadcast's pull has landed
+
+
+def dmlc_env(role, num_workers, num_servers, root_uri, root_port, node_host=None, task_id=None):
+    """The DMLC variables that make a process a scheduler, server or worker of one job.
+
+    Parameters
+    ----------
+    role : {'scheduler', 'server', 'worker'}
+    num_workers, num_servers : int
+    root_uri : str
+        The scheduler's address.
+    root_port : int
+        The scheduler's port.
+    node_host : str or None
+        The address this server or worker listens on (``DMLC_NODE_HOST``).
+    task_id : int or None
+        The launch index (``DMLC_TASK_ID``).
+
+    Returns
+    -------
+    dict of str to str
+
+    Raises
+    ------
+    LaunchError
+        For an unknown role.
+
+    Examples
+    --------
+    >>> env = dmlc_env('worker', 2, 1, '127.0.0.1', 9091, node_host='127.0.0.1', task_id=0)
+    >>> env['DMLC_ROLE'], env['DMLC_PS_ROOT_PORT'], env['DMLC_NUM_WORKER'], env['DMLC_TASK_ID']
+    ('worker', '9091', '2', '0')
+    """
+    if role not in ("scheduler", "server", "worker"):
+        raise LaunchError(f"unknown role {role!r}: use 'scheduler', 'server' or 'worker'")
+    env = {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": str(root_uri), "DMLC_PS_ROOT_PORT": str(root_port),
+           "DMLC_NUM_WORKER": str(num_workers), "DMLC_NUM_SERVER": str(num_servers)}
+    if node_host is not None:
+        env["DMLC_NODE_HOST"] = str(node_host)
+    if task_id is not None:
+        env["DMLC_TASK_ID"] = str(task_id)
+    return env
+
+
+def free_port(host=LOCAL_HOST):
+    """A TCP port that is free on ``host`` (an address of this machine) at the time of the call.
+
+    Examples
+    --------
+    >>> 0 < free_port() < 65536
+    True
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def read_hostfile(path):
+    """The hosts of a hostfile: one ``host`` or ``host:ssh_port`` per line.
+
+    Blank lines and ``#`` comments are skipped.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    LaunchError
+        If the file cannot be read or names no host.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as hostfile:
+    ...     _ = hostfile.write('node1\\n# spare: node3\\n\\nnode2:2222\\n')
+    >>> read_hostfile(hostfile.name)
+    ['node1', 'node2:2222']
+    >>> os.remove(hostfile.name)
+    """
+    try:
+        with open(path) as lines:
+            hosts = [line.split("#", 1)[0].strip() for line in lines]
+    except OSError as error:
+        raise LaunchError(f"cannot read hostfile {path!r} ({error.strerror}): pass -H with a "
+                          "file listing one host (or host:ssh_port) per line") from None
+    hosts = [host for host in hosts if host]
+    if not hosts:
+        raise LaunchError(f"hostfile {path!r} names no host: list one host (or host:ssh_port) "
+                          "per line")
+    return hosts
+
+
+def split_host(entry):
+    """``'node1:2222'`` -> ``('node1', 2222)``; without a port, ssh's default 22.
+
+    Examples
+    --------
+    >>> split_host('node1:2222'), split_host('10.0.0.5')
+    (('node1', 2222), ('10.0.0.5', 22))
+    """
+    host, _, port = str(entry).strip().partition(":")
+    if not host or (port and not port.isdigit()):
+        raise LaunchError(f"bad host entry {entry!r}: write 'host' or 'host:ssh_port', "
+                          "e.g. node1:22")
+    return host, int(port or 22)
+
+
+def ssh_command(host, command, env, workdir, port=22):
+    """The local ssh call that runs ``command`` on ``host`` in ``workdir`` with ``env`` exported.
+
+    Parameters
+    ----------
+    host : str
+    command : sequence of str
+        The remote command line, one argument per item (quoted for the remote shell here).
+    env : dict of str to str
+        Variables exported before the command.
+    workdir : str
+        The remote working directory.
+    port : int
+        The ssh port.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> ssh_command('node1', ['python', 'train.py', '--lr', '0.1'], {'DMLC_ROLE': 'worker'},
+    ...             '/data/run 1', port=2222)[-3:]
+    ['2222', 'node1', "cd '/data/run 1' && export DMLC_ROLE=worker && exec python train.py --lr 0.1"]
+    """
+    exports = " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items())
+    remote = f"cd {shlex.quote(workdir)} && "
+    if exports:
+        remote += f"export {exports} && "
+    remote += "exec " + " ".join(shlex.quote(str(arg)) for arg in command)
+    return ["ssh", *SSH_OPTIONS, "-p", str(port), host, remote]
+
+
+def server_python(command):
+    """The interpreter for servers and the scheduler: the command's own if it is a Python.
+
+    Examples
+    --------
+    >>> server_python(['/opt/venv/bin/python3', 'train.py'])
+    '/opt/venv/bin/python3'
+    """
+    first = os.path.basename(str(command[0])) if command else ""
+    return command[0] if first.startswith("python") else sys.executable
+
+
+def _check_count(name, value, flag):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LaunchError(f"{name} must be a whole number >= 1, got {value!r}: pass e.g. {flag} 2")
+
+
+def _check_job(command, num_workers, num_servers, launcher, hosts):
+    if not command or not all(str(arg) for arg in command):
+        raise LaunchError(f"no command to run (got {list(command or [])!r}): give one after "
+                          "'--', e.g. -- python train.py --kv-store dist_sync")
+    _check_count("the number of workers", num_workers, "-n")
+    _check_count("the number of servers", num_servers, "-s")
+    if launcher not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {launcher!r}: use one of {', '.join(LAUNCHERS)}")
+    if launcher == "ssh" and not hosts:
+        raise LaunchError("the ssh launcher needs hosts: pass -H with a file listing one host "
+                          "per line, or --launcher local")
+
+
+def plan_processes(command, num_workers, num_servers, launcher="local", hosts=None,
+                   root_uri=LOCAL_HOST, root_port=9091, env=None, workdir=None):
+    """Every process of a job: the scheduler, the servers and the workers, in start order.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The workers' command line.
+    num_workers, num_servers : int
+    launcher : {'local', 'ssh'}
+    hosts : list of str or None
+        ``host``, ``host:ssh_port`` or ``user@host[:ssh_port]`` entries (ssh only).
+    root_uri : str
+        The scheduler's address, on this machine.
+    root_port : int
+        The scheduler's port.
+    env : dict of str to str or None
+        Extra variables for the servers and workers.
+    workdir : str or None
+        The remote working directory (ssh; default: the current directory).
+
+    Returns
+    -------
+    list of ProcessSpec
+
+    Raises
+    ------
+    LaunchError
+        For an empty command, counts below 1, an unknown launcher or ssh without hosts.
+
+    Examples
+    --------
+    >>> specs = plan_processes(['python', 'train.py'], num_workers=2, num_servers=1)
+    >>> [spec.name for spec in specs]
+    ['scheduler 0', 'server 0', 'worker 0', 'worker 1']
+    >>> specs[3].argv, specs[3].env['DMLC_ROLE'], specs[3].env['DMLC_NODE_HOST']
+    (('python', 'train.py'), 'worker', '127.0.0.1')
+    """
+    command = [str(arg) for arg in (command or [])]
+    _check_job(command, num_workers, num_servers, launcher, hosts)
+    python = server_python(command)
+    common = dict(num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
+                  root_port=root_port)
+    specs = [ProcessSpec("scheduler", 0, root_uri, (python, "-c", "import mxnet"),
+                         dict(env or {}, **dmlc_env("scheduler", **common)))]
+    roles = [("server", num_servers, [python, "-c", "import mxnet"], num_workers),
+             ("worker", num_workers, command, 0)]
+    placement = hosts if launcher == "ssh" else [LOCAL_HOST]
+    for role, count, argv, first_task in roles:
+        for index in range(count):  # round-robin over the hosts
+            host, ssh_port = split_host(placement[index % len(placement)])
+            address = host.rpartition("@")[2]  # 'user@node1' listens on node1
+            variables = dict(env or {}, **dmlc_env(role, node_host=address,
+                                                   task_id=first_task + index, **common))
+            if launcher == "ssh":
+                forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+                remote = ssh_command(host, argv, dict(forwarded, **variables),
+                                     workdir or os.getcwd(), port=ssh_port)
+                specs.append(ProcessSpec(role, index, address, tuple(remote)))
+            else:
+                specs.append(ProcessSpec(role, index, host, tuple(argv), variables))
+    return specs
+
+
+def default_root_uri(launcher):
+    """The scheduler's address: 127.0.0.1 for a local job, this machine's address for ssh.
+
+    Raises
+    ------
+    LaunchError
+        If the host name of this machine resolves to a loopback address (ssh only).
+
+    Examples
+    --------
+    >>> default_root_uri('local')
+    '127.0.0.1'
+    """
+    if launcher != "ssh":
+        return LOCAL_HOST
+    address = socket.gethostbyname(socket.gethostname())
+    if address.startswith("127."):
+        raise LaunchError(f"this machine's name resolves to {address}, which other machines "
+                          "cannot reach: pass --host-ip with its network address")
+    return address
+
+
+@dataclass
+class _Running:
+    spec: ProcessSpec
+    popen: subprocess.Popen
+    log_file: object = None
+
+
+def _start(spec, log_dir):
+    """Start one process in a session (and process group) of its own."""
+    log_file = None
+    if log_dir is not None:
+        os.makedirs(log_dir, exist_ok=True)
+        log_file = open(os.path.join(log_dir, f"{spec.role}-{spec.index}.log"), "wb")
+    try:
+        popen = subprocess.Popen(list(spec.argv), env=dict(os.environ, **spec.env),
+                                 stdin=subprocess.DEVNULL, stdout=log_file,
+                                 stderr=subprocess.STDOUT if log_file else None,
+                                 start_new_session=True)
+    except OSError as error:
+        if log_file:
+            log_file.close()
+        raise LaunchError(f"cannot start {spec.name} ({spec.argv[0]!r}: {error.strerror}): "
+                          "check the command and that it is on PATH") from None
+    log.info("started %s on %s (pid %d): %s", spec.name, spec.host, popen.pid,
+             shlex.join(spec.argv))
+    return _Running(spec, popen, log_file)
+
+
+def exit_code(returncode):
+    """A shell-style exit code: a process killed by signal N gives 128 + N.
+
+    Examples
+    --------
+    >>> exit_code(3), exit_code(-9)
+    (3, 137)
+    """
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _returncode(proc):
+    """Popen's return code (None while running), read without reaping the process.
+
+    An exited but unreaped process keeps its pid, and so its process-group id, reserved: signalling
+    the group in :func:`_stop` can reach the process's own children but never a newcomer that was
+    given the same pid.
+    """
+    if proc.popen.returncode is not None:
+        return proc.popen.returncode
+    info = os.waitid(os.P_PID, proc.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _first_failure(running):
+    """(name, exit code) of a process that exited with an error, or None."""
+    for proc in running:
+        code = _returncode(proc)
+        if code:
+            return proc.spec.name, exit_code(code)
+    return None
+
+
+def _wait_workers(running, deadline):
+    """Exit code of the job once every worker has exited, or at the first failure."""
+    workers = [proc for proc in running if proc.spec.role == "worker"]
+    while True:
+        failure = _first_failure(running)
+        if failure:
+            log.error("%s failed with exit code %d: stopping the job", *failure)
+            return failure[1]
+        if all(_returncode(proc) == 0 for proc in workers):
+            log.info("all %d workers finished", len(workers))
+            return 0
+        if time.monotonic() > deadline:
+            raise LaunchTimeout("the job ran past its timeout and was stopped: raise --timeout "
+                                "or look for a hung process in the logs")
+        time.sleep(POLL_INTERVAL)
+
+
+def _wait_servers(running, deadline):
+    """Give the servers and scheduler time to exit on their own after the workers finished."""
+    others = [proc for proc in running if proc.spec.role != "worker"]
+    limit = min(deadline, time.monotonic() + SERVER_EXIT_GRACE)
+    while any(_returncode(proc) is None for proc in others) and time.monotonic() < limit:
+        time.sleep(POLL_INTERVAL)
+    for proc in others:
+        if _returncode(proc) is None:
+            log.warning("%s still runs after the workers finished: stopping it", proc.spec.name)
+
+
+def _signal_groups(running, sig):
+    for proc in running:
+        try:
+            os.killpg(proc.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is gone already
+
+
+def _stop(running, grace=KILL_GRACE):
+    """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all."""
+    _signal_groups(running, signal.SIGTERM)
+    limit = time.monotonic() + grace
+    while any(_returncode(proc) is None for proc in running) and time.monotonic() < limit:
+        time.sleep(POLL_INTERVAL)
+    _signal_groups(running, signal.SIGKILL)
+    for proc in running:
+        try:
+            proc.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:  # stuck in the kernel; nothing more can be done
+            log.error("%s (pid %d) did not die on SIGKILL", proc.spec.name, proc.popen.pid)
+        if proc.log_file:
+            proc.log_file.close()
+
+
+@contextmanager
+def _sigterm_as_exit():
+    """Turn SIGTERM into SystemExit(143) so that the processes are stopped on the way out."""
+    if threading.current_thread() is not threading.main_thread():  # signal() works there only
+        yield
+        return
+
+    def handler(signum, frame):
+        log.error("received SIGTERM: stopping the job")
+        raise SystemExit(128 + signum)
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def launch(command, num_workers, num_servers=None, launcher="local", hosts=None, timeout=None,
+           root_uri=None, env=None, log_dir=None, workdir=None):
+    """Run a ``dist_sync`` job: start scheduler, servers and workers, wait, stop everything.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The workers' command line, e.g. ``['python', 'train.py', '--kv-store', 'dist_sync']``.
+    num_workers : int
+    num_servers : int or None
+        Default: ``num_workers`` (as MXNet's launcher).
+    launcher : {'local', 'ssh'}
+    hosts : list of str or None
+        ``host`` or ``host:ssh_port`` entries for the ssh launcher (see :func:`read_hostfile`).
+    timeout : float or None
+        Seconds before the whole job is stopped; None waits forever.
+    root_uri : str or None
+        The scheduler's address; default: 127.0.0.1 (local) or this machine's address (ssh).
+    env : dict of str to str or None
+        Extra variables for the servers and workers.
+    log_dir : str or None
+        Write each process's output to ``<log_dir>/<role>-<index>.log`` instead of this terminal.
+    workdir : str or None
+        The remote working directory for ssh (default: the current directory).
+
+    Returns
+    -------
+    int
+        0 if every worker succeeded, else the exit code of the first process that failed.
+
+    Raises
+    ------
+    LaunchError
+        For a job that cannot be launched (see :func:`plan_processes`).
+    LaunchTimeout
+        If the job ran past ``timeout``.
+
+    Examples
+    --------
+    >>> launch([sys.executable, '-c', 'pass'], num_workers=0)
+    Traceback (most recent call last):
+    ...
+    mxfp16.distributed.LaunchError: the number of workers must be a whole number >= 1, got 0: pass e.g. -n 2
+    """
+    num_servers = num_workers if num_servers is None else num_servers
+    if timeout is not None and not timeout > 0:
+        raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    _check_job(command, num_workers, num_servers, launcher, hosts)
+    root_uri = root_uri or default_root_uri(launcher)
+    specs = plan_processes(command, num_workers, num_servers, launcher, hosts, root_uri,
+                           free_port(root_uri), env, workdir)
+    deadline = time.monotonic() + (timeout if timeout else math.inf)
+    running = []
+    with _sigterm_as_exit():
+        try:
+            for spec in specs:
+                running.append(_start(spec, log_dir))
+            code = _wait_workers(running, deadline)
+            if code == 0:
+                _wait_servers(running, deadline)
+            return code
+        finally:
+            _stop(running)

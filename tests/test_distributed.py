@@ -1,0 +1,236 @@
+"""mxfp16.distributed and scripts/launch.py: a real dist_sync job of 2 float16 workers on 127.0.0.1,
+failure and timeout handling, the ssh command lines, and the script's user errors."""
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from mxfp16 import distributed
+from mxfp16.distributed import LaunchError, launch, plan_processes
+
+import dist_worker
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+TRAIN_IMAGENET = os.path.join(os.path.dirname(TESTS_DIR), "scripts", "train_imagenet.py")
+#: Two workers, a server and a scheduler share 2 cores: one thread each.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}
+JOB_TIMEOUT = 80
+
+#: A worker that starts a grandchild (``sleep``), records the pids in ``<dir>/pids-<task>``, and
+#: then either sleeps (task 0, or every task with 'hang') or exits with code 3 once task 0's pids
+#: are written.
+STUCK_OR_FAILING_WORKER = """
+import os, subprocess, sys, time
+out_dir, mode = sys.argv[1], sys.argv[2]
+task = os.environ["DMLC_TASK_ID"]
+child = subprocess.Popen(["sleep", "60"])
+with open(os.path.join(out_dir, "pids-" + task + ".tmp"), "w") as f:
+    f.write("%d %d" % (os.getpid(), child.pid))
+os.rename(os.path.join(out_dir, "pids-" + task + ".tmp"), os.path.join(out_dir, "pids-" + task))
+if mode == "hang" or task == "0":
+    time.sleep(60)
+for _ in range(200):
+    if os.path.exists(os.path.join(out_dir, "pids-0")):
+        break
+    time.sleep(0.1)
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+def launch_main(script_main):
+    return script_main("launch")
+
+
+def alive(pid):
+    """Whether a process exists and is not a zombie (reaped or not, a zombie has stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def recorded_pids(out_dir):
+    return [int(pid) for name in os.listdir(out_dir) if name.startswith("pids-")
+            for pid in (out_dir / name).read_text().split()]
+
+
+def job_logs(log_dir):
+    """The last lines of every process's log, for assertion messages."""
+    if not os.path.isdir(log_dir):
+        return "(no logs)"
+    return "\n".join(f"--- {name}\n" + "\n".join(open(os.path.join(log_dir, name), errors="replace")
+                                                  .read().splitlines()[-15:])
+                     for name in sorted(os.listdir(log_dir)))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The records of tests/dist_worker.py run as 2 workers + 1 server, by rank."""
+    out_dir = tmp_path_factory.mktemp("dist")
+    log_dir = out_dir / "logs"
+    start = time.monotonic()
+    code = launch([sys.executable, os.path.join(TESTS_DIR, "dist_worker.py"), str(out_dir)],
+                  num_workers=2, num_servers=1, timeout=JOB_TIMEOUT, env=ONE_THREAD,
+                  log_dir=str(log_dir))
+    assert code == 0, job_logs(log_dir)
+    print(f"2-worker float16 job: {time.monotonic() - start:.1f} s")
+    return [dict(np.load(out_dir / f"worker-{rank}.npz")) for rank in range(2)]
+
+
+def test_workers_know_their_rank_and_the_job_size(trained):
+    assert [int(record["rank"]) for record in trained] == [0, 1]
+    assert [int(record["num_workers"]) for record in trained] == [2, 2]
+
+
+def test_gradients_are_summed_over_the_workers(trained):
+    first, second = trained
+    assert first["aggregated_grads"].shape == (len(dist_worker.GRAD_STEPS), 16, 8)
+    assert first["aggregated_grads"].dtype == np.float16
+    for step, local0, local1, aggregated0, aggregated1 in zip(
+            dist_worker.GRAD_STEPS, first["local_grads"], second["local_grads"],
+            first["aggregated_grads"], second["aggregated_grads"]):
+        assert not np.array_equal(local0, local1), step  # different shards
+        assert np.all(np.isfinite(aggregated0)), step
+        np.testing.assert_array_equal(aggregated0, aggregated1, err_msg=f"step {step}")
+        np.testing.assert_array_equal(aggregated0, local0 + local1, err_msg=f"step {step}")
+
+
+def test_inf_in_one_workers_batch_makes_every_worker_skip(trained):
+    first, second = trained
+    assert dist_worker.INF_STEP in first["skipped"].tolist()
+    np.testing.assert_array_equal(first["skipped"], second["skipped"])
+    assert len(first["skipped"]) == len(second["skipped"]) > 0
+    assert first["loss_scale"] == second["loss_scale"]
+
+
+def test_workers_end_with_identical_float16_weights(trained):
+    # The workers initialise differently (dist_worker.make_net): equal weights need the Trainer's
+    # broadcast of rank 0's weights as well as identical updates.
+    first, second = trained
+    names = [key for key in first if key.startswith("param:")]
+    assert len(names) == 4
+    for name in names:
+        assert first[name].dtype == np.float16, name
+        assert np.array_equal(first[name], second[name]), name
+
+
+def test_training_converges(trained):
+    for record in trained:
+        losses = record["losses"][np.isfinite(record["losses"])]
+        assert losses[-10:].mean() < 0.25 * losses[:3].mean(), losses
+        assert record["accuracy"] > 0.9  # chance: about 0.5
+
+
+def test_first_failing_worker_code_is_returned_and_every_process_stopped(tmp_path):
+    start = time.monotonic()
+    code = launch([sys.executable, "-c", STUCK_OR_FAILING_WORKER, str(tmp_path), "fail"],
+                  num_workers=2, num_servers=1, timeout=JOB_TIMEOUT, log_dir=str(tmp_path / "logs"))
+    assert code == 3, job_logs(tmp_path / "logs")
+    assert time.monotonic() - start < 30
+    pids = recorded_pids(tmp_path)
+    assert len(pids) == 4  # two workers and their grandchildren
+    assert not [pid for pid in pids if alive(pid)]
+
+
+def test_script_timeout_stops_every_process_and_exits_124(launch_main, tmp_path, capsys):
+    start = time.monotonic()
+    code = launch_main(["-n", "2", "-s", "1", "--timeout", "6", "--log-dir", str(tmp_path / "logs"),
+                        "--", sys.executable, "-c", STUCK_OR_FAILING_WORKER, str(tmp_path), "hang"])
+    assert code == 124
+    assert time.monotonic() - start < 6 + distributed.KILL_GRACE + 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the job ran past its timeout"), err
+    pids = recorded_pids(tmp_path)
+    assert len(pids) == 4, job_logs(tmp_path / "logs")
+    assert not [pid for pid in pids if alive(pid)]
+
+
+def test_ssh_plan_places_processes_round_robin_and_exports_the_dmlc_variables(monkeypatch):
+    for name in distributed.FORWARDED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PS_VERBOSE", "1")
+    monkeypatch.setenv("UNRELATED_SECRET", "x")
+    command = ["python", "train.py", "--kv-store", "dist_sync", "--name", "a b"]
+    specs = plan_processes(command, num_workers=3, num_servers=2, launcher="ssh",
+                           hosts=["node1", "admin@node2:2222"], root_uri="10.0.0.1", root_port=9000,
+                           env={"OMP_NUM_THREADS": "2"}, workdir="/shared/run dir")
+    assert [(spec.name, spec.host) for spec in specs] == [
+        ("scheduler 0", "10.0.0.1"), ("server 0", "node1"), ("server 1", "node2"),
+        ("worker 0", "node1"), ("worker 1", "node2"), ("worker 2", "node1")]
+    scheduler = specs[0]
+    assert scheduler.argv == ("python", "-c", "import mxnet")
+    assert scheduler.env["DMLC_ROLE"] == "scheduler" and scheduler.env["DMLC_PS_ROOT_PORT"] == "9000"
+    for spec, task in zip(specs[1:], [3, 4, 0, 1, 2]):
+        target, ssh_port = ("admin@node2", "2222") if spec.host == "node2" else ("node1", "22")
+        assert spec.env == {}
+        assert list(spec.argv[:-1]) == ["ssh", "-tt", "-o", "StrictHostKeyChecking=no", "-o",
+                                        "BatchMode=yes", "-p", ssh_port, target]
+        words = shlex.split(spec.argv[-1])
+        assert words[:3] == ["cd", "/shared/run dir", "&&"] and words[3] == "export"
+        split = words.index("exec")
+        exports = dict(word.split("=", 1) for word in words[4:split - 1])
+        assert exports == {
+            "PS_VERBOSE": "1", "OMP_NUM_THREADS": "2", "DMLC_ROLE": spec.role,
+            "DMLC_PS_ROOT_URI": "10.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_WORKER": "3",
+            "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": spec.host, "DMLC_TASK_ID": str(task)}
+        expected = command if spec.role == "worker" else ["python", "-c", "import mxnet"]
+        assert words[split - 1:] == ["&&", "exec"] + expected
+
+
+def test_ssh_remote_command_runs_in_the_directory_with_the_variables(tmp_path):
+    workdir = tmp_path / "run dir; echo injected"
+    workdir.mkdir()
+    program = "import os, sys; print(os.getcwd(), os.environ['DMLC_ROLE'], sys.argv[1])"
+    argv = distributed.ssh_command("node1", [sys.executable, "-c", program, "it's $HOME"],
+                                   {"DMLC_ROLE": "worker"}, str(workdir))
+    result = subprocess.run(["bash", "-c", argv[-1]], capture_output=True, text=True, timeout=30)
+    assert result.stdout == f"{workdir} worker it's $HOME\n", result.stderr
+
+
+def test_read_hostfile_skips_comments_and_blank_lines(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# cluster\nnode1\n\n  admin@node2:2222  # big one\n")
+    assert distributed.read_hostfile(str(hostfile)) == ["node1", "admin@node2:2222"]
+
+
+def test_bad_host_entry_is_rejected():
+    with pytest.raises(LaunchError, match="bad host entry 'node1:ssh'"):
+        plan_processes(["python"], 1, 1, launcher="ssh", hosts=["node1:ssh"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "0", "--", "python", "-c", "pass"], "the number of workers must be a whole number >= 1"),
+    (["-n", "2", "-s", "0", "--", "python"], "the number of servers must be a whole number >= 1"),
+    (["-n", "2"], "no command to run"),
+    (["-n", "2", "--"], "no command to run"),
+    (["-n", "2", "-H", "{missing}", "--", "python"], "cannot read hostfile"),
+    (["-n", "2", "-H", "{empty}", "--", "python"], "names no host"),
+    (["-n", "2", "--launcher", "ssh", "--", "python"], "the ssh launcher needs hosts"),
+    (["-n", "2", "--timeout", "0", "--", "python"], "timeout must be a positive number"),
+    (["-n", "2", "--env", "MXFP16_UNSET_VARIABLE", "--", "python"], "the variable is not set"),
+])
+def test_script_user_errors_print_one_line_and_exit_2(launch_main, tmp_path, capsys, args, message):
+    (tmp_path / "empty").write_text("\n# nothing\n")
+    paths = {"missing": str(tmp_path / "missing"), "empty": str(tmp_path / "empty")}
+    assert launch_main([arg.format(**paths) for arg in args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+@pytest.mark.skipif(not os.path.exists(TRAIN_IMAGENET), reason="scripts/train_imagenet.py not written")
+@pytest.mark.parametrize("api", ["gluon", "module"])
+def test_train_imagenet_runs_as_a_two_worker_float16_job(launch_main, tmp_path, api):
+    code = launch_main(["-n", "2", "-s", "1", "--timeout", str(JOB_TIMEOUT), "--log-dir",
+                        str(tmp_path / "logs"), "--env", "OMP_NUM_THREADS:1", "--",
+                        sys.executable, TRAIN_IMAGENET, "--kv-store", "dist_sync", "--api", api,
+                        "--dtype", "float16", "--loss-scale", "128", "--benchmark", "1",
+                        "--network", "cifar_resnet20_v1", "--num-classes", "4",
+                        "--image-shape", "3,16,16", "--batch-size", "4", "--num-examples", "32",
+                        "--num-epochs", "1", "--max-batches", "3"])
+    assert code == 0, job_logs(tmp_path / "logs")
