@@ -9,12 +9,24 @@ import math
 
 import mxnet as mx
 
+from .distributed import sync_initial_weights
+
 #: Gradients checked per ``multi_all_finite`` call (one fused kernel per chunk).
 _FINITE_CHECK_CHUNK = 128
 
 
 class LossScaleCollapse(RuntimeError):
     """Raised when steps keep overflowing at the minimum loss scale: training cannot recover."""
+
+
+def _first_step_setup(trainer):
+    """Before a Trainer's first gradient exchange, give every worker rank 0's weights.
+
+    Left to the Trainer, a distributed kvstore may hand a worker the first summed gradients as its
+    weights (see :func:`mxfp16.distributed.sync_initial_weights`).
+    """
+    if not trainer._kv_initialized:  # the Trainer's own first-step flag
+        sync_initial_weights(trainer)
 
 
 def _trainer_grads(trainer):
@@ -99,6 +111,7 @@ class LossScaler:
     def _reduce(self, trainer):
         """Aggregate gradients across devices and workers, once per step."""
         if not self._reduced:
+            _first_step_setup(trainer)
             trainer.allreduce_grads()
             self._reduced = True
 
@@ -167,6 +180,7 @@ class LossScaler:
             True if the update ran, False if it was skipped (weights and optimizer state untouched).
         """
         if not self.enabled:
+            _first_step_setup(trainer)
             trainer.step(batch_size)
             return True
         self._reduce(trainer)

@@ -15,6 +15,7 @@ import json
 import os
 
 import mxnet as mx
+import numpy as np
 
 from .dtypes import GRAD_SCALE_HEADS
 from .loss_scaling import all_finite
@@ -130,6 +131,22 @@ def _grad_arrays(module):
     return [g for grads in current._exec_group.grad_arrays for g in grads if g is not None]
 
 
+def _sum_cannot_overflow(arrays, num_workers):
+    """Whether gradients summed over ``num_workers`` workers stay finite, from one worker's.
+
+    Module sums the workers' gradients inside ``update()``, after the check, and two finite float16
+    gradients can add up to inf.  ``|sum| <= num_workers * max|g|`` bounds the sum, so each worker
+    asks for ``max|g| <= max / num_workers`` of its gradients' dtype: conservative by at most a
+    factor ``num_workers`` in the loss scale a dynamic scaler settles at.
+    """
+    if not arrays:
+        return True
+    maxima = mx.nd.concat(*[mx.nd.max(mx.nd.abs(a)).astype("float32").reshape((1,))
+                            for a in arrays], dim=0).asnumpy()  # one host sync
+    limits = np.array([np.finfo(a.dtype).max for a in arrays], dtype="float64") / num_workers
+    return bool(np.all(maxima <= limits))
+
+
 def _all_workers_finite(kvstore, finite):
     """Sum the workers' overflow flags, so every worker takes the same decision."""
     flag = mx.nd.array([0.0 if finite else 1.0])
@@ -167,8 +184,10 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
     module.forward_backward(batch)
     finite = True
     if scaler.enabled:
-        finite = all_finite(_grad_arrays(module))
+        grads = _grad_arrays(module)
+        finite = all_finite(grads)
         if kvstore is not None and "dist" in kvstore.type:
+            finite = finite and _sum_cannot_overflow(grads, kvstore.num_workers)
             finite = _all_workers_finite(kvstore, finite)
         scaler.update(finite)
     if finite:
