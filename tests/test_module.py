@@ -108,3 +108,11 @@ def test_disabled_scaler_trains_module_like_plain_module():
         control.forward_backward(b)
         control.update()
     np.testing.assert_allclose(fc2_weight(mod), fc2_weight(control), rtol=1e-6)
+
+
+def test_workers_skip_when_their_summed_float16_gradients_could_overflow():
+    from mxfp16.module import _sum_cannot_overflow
+    half = [mx.nd.array([30000.0, -1.0], dtype="float16")]
+    assert _sum_cannot_overflow(half, num_workers=2)  # 60000 <= 65504
+    assert not _sum_cannot_overflow(half, num_workers=3)  # 90000 would be inf
+    assert _sum_cannot_overflow([mx.nd.array([1e30])], num_workers=4)  # float32 range
