@@ -46,8 +46,8 @@ aggregates on the servers and updates on each worker: the gradients a worker get
 *sums* over the workers, so pass the global batch, ``batch_size * kv.num_workers``, to
 ``scaler.step`` / ``trainer.step``.  The Trainer sends rank 0's weights to every worker at its first
 step, after that step's forward and backward, and that broadcast races with the first gradient
-push: call :func:`sync_initial_weights` once before the first step, and initialise alike on every
-worker (same seed).  A loss scaler's skip decision is then the same on every worker
+push: mxfp16's loss scalers call :func:`sync_initial_weights` at a Trainer's first step (call it
+yourself before a bare ``trainer.step``), and initialise alike on every worker (same seed).  A loss scaler's skip decision is then the same on every worker
 (tests/test_distributed.py checks all of this on a real job).
 
 **Supervision.**  The launcher logs which process runs where (with its local pid) and waits for the
