@@ -1,6 +1,7 @@
 """Networks by name, from GluonCV's model zoo (which holds MXNet's ``gluon.model_zoo.vision`` ones too)."""
 import difflib
 import os
+from dataclasses import dataclass, field
 
 import mxnet as mx
 from gluoncv import model_zoo as gcv_zoo
@@ -26,9 +27,17 @@ def check_network_name(name):
     return name
 
 
+def model_root(root=DEFAULT_MODEL_ROOT):
+    """The folder GluonCV reads pretrained weights from: ``$MXNET_HOME/models`` when ``MXNET_HOME``
+    is set (GluonCV's rule), else ``root``."""
+    if "MXNET_HOME" in os.environ:
+        return os.path.join(os.environ["MXNET_HOME"], "models")
+    return os.path.expanduser(root)
+
+
 def pretrained_file(name, root=DEFAULT_MODEL_ROOT):
     """The file GluonCV's model store loads ``name``'s pretrained weights from."""
-    return os.path.join(os.path.expanduser(root), f"{name}-{gcv_store.short_hash(name)}.params")
+    return os.path.join(model_root(root), f"{name}-{gcv_store.short_hash(name)}.params")
 
 
 def get_network(name, num_classes=1000, pretrained=False, root=DEFAULT_MODEL_ROOT, **kwargs):
@@ -52,7 +61,8 @@ def get_network(name, num_classes=1000, pretrained=False, root=DEFAULT_MODEL_ROO
     Returns
     -------
     gluon.HybridBlock
-        Uninitialized unless ``pretrained``.
+        Uninitialized unless ``pretrained``.  Its parameter names are the same in every call
+        (each network gets a fresh name scope).
 
     Raises
     ------
@@ -70,17 +80,129 @@ def get_network(name, num_classes=1000, pretrained=False, root=DEFAULT_MODEL_ROO
     (1, 10)
     """
     check_network_name(name)
-    if not pretrained:
-        return gcv_zoo.get_model(name, classes=num_classes, **kwargs)
+    # A fresh name scope gives the same parameter names (``resnetv10_conv0_weight``) in every call,
+    # so a checkpoint saved by one process loads by name into a network built by another.
+    with mx.name.NameManager():
+        if not pretrained:
+            return gcv_zoo.get_model(name, classes=num_classes, **kwargs)
+        return _pretrained(name, root, **kwargs)
+
+
+def _pretrained(name, root, **kwargs):
     path = pretrained_file(name, root)
+    existed = os.path.exists(path)
     try:
         return gcv_zoo.get_model(name, pretrained=True, root=root, **kwargs)
     except (OSError, mx.base.MXNetError, AssertionError, ValueError) as err:
-        if os.path.exists(path):
+        if existed and not isinstance(err, OSError):
             raise
+        problem = "fail the model store's checksum" if existed else "are missing"
         raise FileNotFoundError(
-            f"pretrained weights for {name!r} are not in {root} and could not be downloaded "
-            f"({type(err).__name__}): put the file {os.path.basename(path)} there "
+            f"pretrained weights for {name!r} {problem} and could not be downloaded "
+            f"({type(err).__name__}): put the file {os.path.basename(path)} in {model_root(root)} "
             f"(from a machine with internet: python -c \"import gluoncv; "
             f"gluoncv.model_zoo.get_model('{name}', pretrained=True)\", then copy "
             f"~/.mxnet/models/{os.path.basename(path)})") from None
+
+
+#: The input name of every network graph (MXNet's convention, and :data:`mxfp16.data.DATA_NAME`).
+DATA_INPUT = "data"
+
+
+def default_initializer():
+    """Initializer of new networks and new classifier heads: He (MSRA) initialization, as GluonCV's
+    ImageNet recipe uses."""
+    return mx.init.MSRAPrelu()
+
+
+@dataclass
+class Network:
+    """A float32 classification network as a graph plus its parameter values, for either API.
+
+    Both APIs train from this one description: Gluon wraps ``symbol`` in a ``SymbolBlock``, Module
+    adds a ``SoftmaxOutput`` head.  Checkpoints store exactly these three things.
+
+    Attributes
+    ----------
+    symbol : mx.sym.Symbol
+        The float32 graph from the ``data`` input to the logits (no softmax).
+    arg_params, aux_params : dict of str to NDArray
+        float32 values of every parameter of ``symbol`` (arguments and auxiliary states).
+    fixed_param_names : tuple of str
+        Parameters that are not trained (a frozen backbone).
+    lr_mult : dict of str to float
+        Learning-rate multipliers by parameter name (parameters not named train at 1).
+    """
+
+    symbol: mx.sym.Symbol
+    arg_params: dict
+    aux_params: dict
+    fixed_param_names: tuple = ()
+    lr_mult: dict = field(default_factory=dict)
+
+    @property
+    def param_names(self):
+        """Names of the trainable arguments (every argument but the data input)."""
+        return [name for name in self.symbol.list_arguments() if name != DATA_INPUT]
+
+
+def block_to_network(block):
+    """The :class:`Network` of an initialized Gluon block (shapes known): its graph and float32 values.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet.gluon import nn
+    >>> block = nn.Dense(2, in_units=3, prefix='fc_')
+    >>> block.initialize()
+    >>> network = block_to_network(block)
+    >>> sorted(network.arg_params), network.arg_params['fc_weight'].shape
+    (['fc_bias', 'fc_weight'], (2, 3))
+    """
+    symbol = block(mx.sym.var(DATA_INPUT))
+    params = block.collect_params()
+    arg_params = {name: params[name].data().astype("float32")
+                  for name in symbol.list_arguments() if name != DATA_INPUT}
+    aux_params = {name: params[name].data().astype("float32")
+                  for name in symbol.list_auxiliary_states()}
+    return Network(symbol, arg_params, aux_params)
+
+
+def new_network(name, num_classes, image_shape, **kwargs):
+    """A freshly initialized model-zoo network (He initialization) as a :class:`Network`.
+
+    Parameters
+    ----------
+    name : str
+        Model-zoo name (see :func:`get_network`).
+    num_classes : int
+        Output classes.
+    image_shape : tuple of int
+        ``(3, height, width)``: one forward pass at this size fixes the parameter shapes.
+    **kwargs
+        Passed on to the zoo's constructor.
+
+    Returns
+    -------
+    Network
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, or an image shape the network cannot take.
+
+    Examples
+    --------
+    >>> network = new_network('mobilenet0.25', 4, (3, 32, 32))
+    >>> network.symbol.infer_shape(data=(2, 3, 32, 32))[1]
+    [(2, 4)]
+    """
+    block = get_network(name, num_classes, **kwargs)
+    block.initialize(default_initializer())
+    try:
+        block(mx.nd.zeros((1,) + tuple(image_shape)))
+    except mx.base.MXNetError as error:
+        reason = str(error).strip().splitlines()[0][:200]
+        raise ValueError(f"network {name!r} cannot take images of shape {tuple(image_shape)} "
+                         f"({reason}): pass a larger --image-shape, e.g. 3,224,224") from None
+    return block_to_network(block)

@@ -1,0 +1,309 @@
+"""Checkpoints in MXNet's own formats plus a small JSON file: one save/load pair for both APIs.
+
+The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files:
+
+* ``PREFIX-symbol.json``: the float32 graph, data to logits (shared by the epochs);
+* ``PREFIX-NNNN.params``: float32 parameters named ``arg:...`` / ``aux:...``, so the pair is an
+  ordinary MXNet checkpoint (``mx.model.load_checkpoint``, ``SymbolBlock.imports``) whatever the
+  training dtype; the float32 master weights of float16 training are in the optimizer state;
+* ``PREFIX-NNNN.states``: the optimizer state as MXNet writes it (``Trainer.save_states``,
+  ``Module.save_optimizer_states``);
+* ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
+  ``LossScaler.state_dict_key``), metrics, the resolved configuration and the sizes of the other files.
+
+Saving is atomic: each file is written to a temporary file in the same folder, then all are renamed,
+the JSON file last.  A checkpoint exists once its JSON file does, so a process killed during a save
+leaves the previous checkpoints loadable and no half-written one that looks complete.
+"""
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import mxnet as mx
+
+from .models import Network
+
+#: Written into every JSON file, checked when loading.
+CHECKPOINT_FORMAT = "mxfp16-checkpoint"
+CHECKPOINT_VERSION = 1
+
+_EPOCH_SUFFIX = re.compile(r"^(?P<prefix>.+)-(?P<epoch>\d{4,})$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not exist, is incomplete or corrupt, or does not fit the network."""
+
+
+@dataclass(frozen=True)
+class CheckpointPaths:
+    """The files of one checkpoint (see the module notes)."""
+
+    symbol: str
+    params: str
+    states: str
+    meta: str
+
+
+def checkpoint_paths(prefix, epoch):
+    """The files of the checkpoint of ``epoch`` under ``prefix``.
+
+    Examples
+    --------
+    >>> checkpoint_paths('runs/r50', 3).params
+    'runs/r50-0003.params'
+    """
+    stem = "%s-%04d" % (prefix, epoch)
+    return CheckpointPaths(f"{prefix}-symbol.json", f"{stem}.params", f"{stem}.states",
+                           f"{stem}.json")
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint.
+
+    Attributes
+    ----------
+    prefix : str
+    epoch : int
+        Epochs done; training resumes with epoch ``epoch`` (counting from 0).
+    network : mxfp16.models.Network
+        The float32 graph and parameters.
+    states_path : str
+        The optimizer-state file, for ``Trainer.load_states`` / ``Module.load_optimizer_states``.
+    meta : dict
+        The JSON file: ``num_update``, ``lr``, ``api``, ``dtype``, ``metrics``, ``config`` and the
+        loss-scaler state under ``LossScaler.state_dict_key``.
+    """
+
+    prefix: str
+    epoch: int
+    network: Network
+    states_path: str
+    meta: dict
+
+    @property
+    def name(self):
+        """``PREFIX-NNNN``, as ``--resume`` takes it."""
+        return "%s-%04d" % (self.prefix, self.epoch)
+
+
+def _staged(path, write):
+    """Write ``path`` through ``write(tmp_path)`` into a temporary file; return the temporary path."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        write(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return tmp
+
+
+def save_checkpoint(prefix, epoch, network, save_states, scaler, **meta):
+    """Save a checkpoint atomically (see the module notes).
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix, e.g. ``runs/r50``; its folder is created.
+    epoch : int
+        Epochs done.
+    network : mxfp16.models.Network
+        The float32 graph and the current parameters (any float dtype; stored as float32).
+    save_states : callable
+        ``save_states(path)`` writes the optimizer state (``trainer.save_states``,
+        ``module.save_optimizer_states``).
+    scaler : mxfp16.LossScaler
+        Its ``state_dict()`` is stored under its ``state_dict_key``.
+    **meta
+        JSON-ready values stored too (``num_update``, ``lr``, ``api``, ``dtype``, ``config``, ...).
+
+    Returns
+    -------
+    CheckpointPaths
+    """
+    paths = checkpoint_paths(prefix, epoch)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
+              **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
+    staged = []
+    try:
+        staged.append((_staged(paths.symbol, lambda p: network.symbol.save(
+            p, remove_amp_cast=False)), paths.symbol))
+        staged.append((_staged(paths.params, lambda p: mx.nd.save(p, params)), paths.params))
+        staged.append((_staged(paths.states, save_states), paths.states))
+        record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
+                      files={os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged},
+                      **{scaler.state_dict_key: scaler.state_dict()})
+        staged.append((_staged(paths.meta, lambda p: _write_json(p, record)), paths.meta))
+    except BaseException:
+        for tmp, _ in staged:
+            os.remove(tmp)
+        raise
+    for tmp, final in staged:
+        os.replace(tmp, final)
+    return paths
+
+
+def _write_json(path, record):
+    with open(path, "w") as out:
+        json.dump(record, out, indent=1, sort_keys=True)
+
+
+def saved_epochs(prefix):
+    """Epochs with a complete checkpoint (a JSON file) under ``prefix``, in increasing order.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> for epoch in (2, 10):
+    ...     open(checkpoint_paths(prefix, epoch).meta, 'w').close()
+    >>> saved_epochs(prefix)
+    [2, 10]
+    """
+    epochs = []
+    for path in glob.glob(glob.escape(prefix) + "-*.json"):
+        match = _EPOCH_SUFFIX.match(path[:-len(".json")])
+        if match and match.group("prefix") == prefix:
+            epochs.append(int(match.group("epoch")))
+    return sorted(epochs)
+
+
+def find_checkpoint(spec):
+    """``(prefix, epoch)`` of a ``--resume`` value: ``PREFIX-NNNN``, or ``PREFIX`` for its latest.
+
+    Raises
+    ------
+    CheckpointError
+        If there is no such checkpoint, naming what was looked for.
+    """
+    match = _EPOCH_SUFFIX.match(str(spec))
+    if match and os.path.isfile(f"{spec}.json"):
+        return match.group("prefix"), int(match.group("epoch"))
+    epochs = saved_epochs(str(spec))
+    if epochs:
+        return str(spec), epochs[-1]
+    if match and os.path.isfile(f"{spec}.params"):
+        raise CheckpointError(f"checkpoint {spec!r} has {spec}.params but no {spec}.json: its save "
+                              "was interrupted or it was not written by mxfp16; resume from an "
+                              "earlier epoch, or fine-tune from it with scripts/fine_tune.py")
+    raise CheckpointError(f"no checkpoint {spec!r}: expected {spec}.json (PREFIX-NNNN) or "
+                          f"{spec}-NNNN.json files (PREFIX); pass the --model-prefix of a run, with "
+                          "or without -NNNN")
+
+
+def _read_meta(path):
+    try:
+        with open(path) as lines:
+            meta = json.load(lines)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint file {path!r} cannot be read ({error}): resume from "
+                              "another epoch") from None
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path!r} is not an mxfp16 checkpoint file (no format "
+                              f"{CHECKPOINT_FORMAT!r}): pass a checkpoint written by the training "
+                              "scripts")
+    return meta
+
+
+def _check_sizes(paths, meta):
+    folder = os.path.dirname(paths.meta)
+    for name, size in meta.get("files", {}).items():
+        path = os.path.join(folder, name)
+        actual = os.path.getsize(path) if os.path.isfile(path) else None
+        if actual != size:
+            found = "is missing" if actual is None else f"has {actual} bytes, not {size}"
+            raise CheckpointError(f"checkpoint file {path!r} {found}: the checkpoint is incomplete "
+                                  "or was overwritten; resume from another epoch")
+
+
+def load_checkpoint(spec):
+    """Load a checkpoint written by :func:`save_checkpoint`.
+
+    Parameters
+    ----------
+    spec : str
+        ``PREFIX-NNNN``, or ``PREFIX`` for the latest epoch saved under it.
+
+    Returns
+    -------
+    Checkpoint
+
+    Raises
+    ------
+    CheckpointError
+        If it does not exist, is incomplete or cannot be read.
+
+    Examples
+    --------
+    >>> import os, tempfile, mxnet as mx, mxfp16
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
+    >>> network = Network(fc, {'fc_weight': mx.nd.ones((2, 3)), 'fc_bias': mx.nd.zeros(2)}, {})
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> def save_states(path):  # e.g. trainer.save_states
+    ...     open(path, 'wb').close()
+    >>> for epoch in (1, 2):
+    ...     _ = save_checkpoint(prefix, epoch, network, save_states, mxfp16.DynamicLossScaler(),
+    ...                         num_update=10 * epoch)
+    >>> loaded = load_checkpoint(prefix)  # the latest epoch
+    >>> os.path.basename(loaded.name), loaded.meta['num_update'], loaded.meta['loss_scaler']['loss_scale']
+    ('run-0002', 20, 65536.0)
+    >>> sorted(loaded.network.arg_params)
+    ['fc_bias', 'fc_weight']
+    """
+    prefix, epoch = find_checkpoint(spec)
+    paths = checkpoint_paths(prefix, epoch)
+    meta = _read_meta(paths.meta)
+    _check_sizes(paths, meta)
+    try:
+        symbol = mx.sym.load(paths.symbol)
+        saved = mx.nd.load(paths.params)
+    except mx.base.MXNetError as error:
+        raise CheckpointError(f"checkpoint {prefix}-{epoch:04d} cannot be read "
+                              f"({str(error).strip().splitlines()[0][:120]}): resume from "
+                              "another epoch") from None
+    arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
+    aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
+    return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta)
+
+
+def _examples(names):
+    names = sorted(names)
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def check_fits(params, expected, source, hint):
+    """Raise :class:`CheckpointError` unless ``params`` has exactly ``expected``'s names and shapes.
+
+    Parameters
+    ----------
+    params, expected : dict of str to NDArray
+        Saved values and the network's (arguments and auxiliary states together).
+    source : str
+        What the values come from, for the message.
+    hint : str
+        How to fix a mismatch, for the message.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> check_fits({'w': mx.nd.zeros((2, 3))}, {'w': mx.nd.zeros((4, 3))}, 'run-0001',
+    ...            'pass --num-classes 2')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mxfp16.checkpoint.CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...; pass --num-classes 2
+    """
+    missing = set(expected) - set(params)
+    unexpected = set(params) - set(expected)
+    wrong = [f"{name} {params[name].shape} vs {expected[name].shape}"
+             for name in sorted(set(params) & set(expected))
+             if params[name].shape != expected[name].shape]
+    problems = [f"{len(names)} {what} parameter(s) ({_examples(names)})"
+                for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
+    if wrong:
+        problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
+    if problems:
+        raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")

@@ -1,0 +1,362 @@
+"""Training configuration: the command-line flags, one dataclass built from them, and its checks.
+
+Configuration flows one way: ``argparse`` (flags defined here, shared by the scripts) ->
+:class:`TrainConfig` / :class:`FineTuneConfig` (checked once by ``checked()``) -> package functions
+with explicit keyword arguments.  Flag names follow MXNet's ``example/image-classification`` and
+GluonCV's ``train_imagenet.py``, so existing commands carry over.
+"""
+import argparse
+import dataclasses
+from dataclasses import dataclass
+
+import mxnet as mx
+
+from .dtypes import check_dtype
+from .loss_scaling import make_loss_scaler
+from .models import DEFAULT_MODEL_ROOT, check_network_name
+from .optimizers import check_optimizer
+
+API_CHOICES = ("gluon", "module")
+LR_MODES = ("step", "cosine", "poly")
+
+#: kvstores that aggregate gradients before the update, as loss scaling needs (asynchronous
+#: ``dist_async`` updates on the servers, so a step could not be skipped everywhere).
+KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_device_sync")
+
+#: Images in ImageNet-1k's training set: MXNet's default epoch length for synthetic data.
+IMAGENET_TRAIN_IMAGES = 1281167
+
+#: Optimizers that take a ``momentum`` argument (``--mom``); the others reject it.
+MOMENTUM_OPTIMIZERS = ("sgd", "nag", "lars", "lbsgd", "signum", "dcasgd")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every setting of a training run, as ``scripts/train_imagenet.py`` resolves it.
+
+    Field names are the flags' (``--lr-step-epochs`` -> ``lr_step_epochs``); see
+    :func:`add_train_arguments` for their meaning.  Call :meth:`checked` before use.
+
+    Examples
+    --------
+    >>> config = TrainConfig(network='resnet18_v1', dtype='fp16').checked()
+    >>> config.dtype, config.synthetic
+    ('float16', True)
+    >>> TrainConfig(lr_mode='linear').checked()
+    Traceback (most recent call last):
+    ...
+    ValueError: --lr-mode 'linear' is not supported: choose one of step, cosine, poly
+    """
+
+    network: str = "resnet50_v1"
+    api: str = "gluon"
+    dtype: str = "float32"
+    num_classes: int = 1000
+    image_shape: tuple = (3, 224, 224)
+    data_train: str = None
+    data_train_idx: str = None
+    data_val: str = None
+    data_val_idx: str = None
+    data_dir: str = None
+    val_fraction: float = 0.2
+    benchmark: int = 0
+    num_examples: int = IMAGENET_TRAIN_IMAGES
+    data_nthreads: int = 4
+    gpus: str = ""
+    kv_store: str = "device"
+    batch_size: int = 128
+    num_epochs: int = 90
+    lr: float = 0.1
+    lr_mode: str = "step"
+    lr_step_epochs: tuple = (30, 60, 80)
+    lr_factor: float = 0.1
+    warmup_epochs: int = 0
+    optimizer: str = "sgd"
+    mom: float = 0.9
+    wd: float = 1e-4
+    no_wd: bool = False
+    label_smoothing: float = 0.0
+    mixup: bool = False
+    mixup_alpha: float = 0.2
+    loss_scale: str = None
+    max_consecutive_skips: int = 200
+    top_k: int = 5
+    model_prefix: str = None
+    resume: str = None
+    save_period: int = 1
+    disp_batches: int = 20
+    seed: int = 0
+    tensorboard: str = None
+    max_batches: int = 0
+    log_file: str = None
+
+    @property
+    def synthetic(self):
+        """Whether the run trains on synthetic data (``--benchmark 1`` or no data flag)."""
+        return bool(self.benchmark) or not (self.data_train or self.data_dir)
+
+    def checked(self):
+        """This configuration with canonical names, or ``ValueError`` naming the flag to fix."""
+        _check_numbers(self)
+        _check_data_flags(self)
+        _check_choice("--api", self.api, API_CHOICES)
+        _check_choice("--lr-mode", self.lr_mode, LR_MODES)
+        _check_choice("--kv-store", self.kv_store, KVSTORE_TYPES)
+        if self.batch_size % len(contexts(self.gpus)):
+            raise ValueError(f"--batch-size {self.batch_size} does not split evenly over the "
+                             f"{len(contexts(self.gpus))} devices of --gpus {self.gpus}: pass a "
+                             "multiple of the number of GPUs")
+        dtype = _flag_check("--dtype", check_dtype, self.dtype)
+        _flag_check("--loss-scale", make_loss_scaler, self.loss_scale, dtype)
+        _flag_check("--network", check_network_name, self.network)
+        optimizer = _flag_check("--optimizer", check_optimizer, self.optimizer)
+        return dataclasses.replace(self, dtype=dtype, optimizer=optimizer)
+
+    def to_dict(self):
+        """The settings as JSON-ready plain values (checkpoints store them)."""
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class FineTuneConfig(TrainConfig):
+    """The settings of ``scripts/fine_tune.py``: a :class:`TrainConfig` plus the pretrained network.
+
+    ``pretrained_model`` + ``load_epoch`` name an MXNet checkpoint (Module or Gluon export); without
+    them ``network``'s pretrained weights come from ``model_root``.
+    """
+
+    dtype: str = "float16"
+    num_epochs: int = 10
+    lr: float = 0.01
+    lr_step_epochs: tuple = (6, 9)
+    pretrained_model: str = None
+    load_epoch: int = None
+    model_root: str = DEFAULT_MODEL_ROOT
+    freeze_backbone: bool = False
+    lr_mult: float = 1.0
+
+    def checked(self):
+        if (self.pretrained_model is None) != (self.load_epoch is None):
+            raise ValueError("--pretrained-model and --load-epoch go together: pass both to start "
+                             "from an MXNet checkpoint, or neither to use --network's pretrained "
+                             "weights")
+        if not self.lr_mult >= 0:
+            raise ValueError(f"--lr-mult must be >= 0, got {self.lr_mult!r}: for example 0.1 trains "
+                             "the pretrained layers ten times slower than the new classifier")
+        return super().checked()
+
+
+def contexts(gpus):
+    """The devices of a ``--gpus`` value: ``''`` is the CPU, ``'0,1'`` GPUs 0 and 1.
+
+    Examples
+    --------
+    >>> contexts(''), contexts('0,1')
+    ([cpu(0)], [gpu(0), gpu(1)])
+    """
+    text = str(gpus or "").strip()
+    if not text:
+        return [mx.cpu()]
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--gpus {gpus!r} is not a comma-separated list of GPU ids: pass e.g. "
+                         "--gpus 0,1, or leave it empty for the CPU") from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"--gpus {gpus!r} must list distinct GPU ids >= 0, e.g. --gpus 0,1")
+    return [mx.gpu(i) for i in ids]
+
+
+def _check_choice(flag, value, choices):
+    if value not in choices:
+        raise ValueError(f"{flag} {value!r} is not supported: choose one of {', '.join(choices)}")
+
+
+def _flag_check(flag, check, *args):
+    """Run a package check; prefix its message with the flag it is about."""
+    try:
+        return check(*args)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
+
+
+_POSITIVE_INTS = ("num_classes", "batch_size", "num_epochs", "num_examples", "data_nthreads",
+                  "save_period", "disp_batches", "top_k", "max_consecutive_skips")
+_NON_NEGATIVE = ("warmup_epochs", "max_batches", "wd", "label_smoothing")
+
+
+def _check_numbers(config):
+    for name in _POSITIVE_INTS:
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(config, name)}")
+    for name in _NON_NEGATIVE:
+        if getattr(config, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
+    if not config.lr > 0 or not 0 < config.lr_factor <= 1:
+        raise ValueError(f"need --lr > 0 and 0 < --lr-factor <= 1, got --lr {config.lr} "
+                         f"--lr-factor {config.lr_factor}")
+    if config.label_smoothing >= 1 or not config.mixup_alpha > 0 or not 0 <= config.mom < 1:
+        raise ValueError("need 0 <= --label-smoothing < 1 (e.g. 0.1), --mixup-alpha > 0 (e.g. 0.2) "
+                         f"and 0 <= --mom < 1, got {config.label_smoothing}, {config.mixup_alpha}, "
+                         f"{config.mom}")
+    if config.warmup_epochs >= config.num_epochs and config.warmup_epochs:
+        raise ValueError(f"--warmup-epochs {config.warmup_epochs} leaves no epoch after the warm-up "
+                         f"of --num-epochs {config.num_epochs}: lower it")
+
+
+def _check_data_flags(config):
+    if config.data_dir and (config.data_train or config.data_val):
+        raise ValueError("pass either --data-dir (an image folder) or --data-train/--data-val "
+                         "(RecordIO files), not both")
+    if config.data_val and not config.data_train:
+        raise ValueError("--data-val needs --data-train: pass the training .rec file too")
+    if not 0 <= config.val_fraction < 1:
+        raise ValueError(f"--val-fraction must be in [0, 1), got {config.val_fraction}: "
+                         "for example 0.2")
+    if len(config.image_shape) != 3 or config.image_shape[0] != 3 or min(config.image_shape) < 1:
+        raise ValueError(f"--image-shape must be 3,HEIGHT,WIDTH, got "
+                         f"{','.join(map(str, config.image_shape))}: for example 3,224,224")
+
+
+def int_tuple(text):
+    """argparse type of comma-separated integers: ``'3,224,224'`` -> ``(3, 224, 224)``.
+
+    Examples
+    --------
+    >>> int_tuple('3,224,224'), int_tuple('')
+    ((3, 224, 224), ())
+    """
+    try:
+        return tuple(int(part) for part in str(text).split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers "
+                                         "(e.g. 3,224,224)") from None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one ``error: ...`` line and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def add_train_arguments(parser, defaults=TrainConfig()):
+    """Add the training flags to ``parser``, with ``defaults`` (a config) as their defaults."""
+    _add_network_arguments(parser, defaults)
+    _add_data_arguments(parser, defaults)
+    _add_optimizer_arguments(parser, defaults)
+    _add_run_arguments(parser, defaults)
+    return parser
+
+
+def _add_network_arguments(parser, d):
+    group = parser.add_argument_group("network")
+    group.add_argument("--network", default=d.network,
+                       help=f"model-zoo network (GluonCV or MXNet) (default: {d.network})")
+    group.add_argument("--api", default=d.api, help="MXNet API: gluon (HybridBlock + Trainer) or "
+                       f"module (Symbol + Module) (default: {d.api})")
+    group.add_argument("--dtype", default=d.dtype,
+                       help=f"training dtype: float32, float16 or bfloat16 (default: {d.dtype})")
+    group.add_argument("--num-classes", type=int, default=d.num_classes,
+                       help=f"number of classes (default: {d.num_classes})")
+    group.add_argument("--image-shape", type=int_tuple, default=d.image_shape,
+                       help="input shape C,H,W (default: %s)" % ",".join(map(str, d.image_shape)))
+    group.add_argument("--gpus", default=d.gpus,
+                       help="GPUs to train on, e.g. 0,1; empty for the CPU (default: empty)")
+    group.add_argument("--kv-store", default=d.kv_store, help="kvstore: " + ", ".join(
+        KVSTORE_TYPES) + f" (default: {d.kv_store})")
+
+
+def _add_data_arguments(parser, d):
+    group = parser.add_argument_group("data (no data flag: synthetic data)")
+    group.add_argument("--data-train", default=d.data_train, help="training .rec file (default: none)")
+    group.add_argument("--data-train-idx", default=d.data_train_idx,
+                       help="its .idx file (default: next to the .rec)")
+    group.add_argument("--data-val", default=d.data_val, help="validation .rec file (default: none)")
+    group.add_argument("--data-val-idx", default=d.data_val_idx,
+                       help="its .idx file (default: next to the .rec)")
+    group.add_argument("--data-dir", default=d.data_dir, help="image folder, one sub-folder per "
+                       "class (Caltech layout) or train/ and val/ of such folders (default: none)")
+    group.add_argument("--val-fraction", type=float, default=d.val_fraction, help="--data-dir "
+                       f"without val/: fraction of each class held out (default: {d.val_fraction})")
+    group.add_argument("--benchmark", type=int, default=d.benchmark,
+                       help=f"1: synthetic data whatever the data flags (default: {d.benchmark})")
+    group.add_argument("--num-examples", type=int, default=d.num_examples,
+                       help=f"images per epoch of synthetic data (default: {d.num_examples})")
+    group.add_argument("--data-nthreads", type=int, default=d.data_nthreads,
+                       help=f"decoding threads for .rec files (default: {d.data_nthreads})")
+    group.add_argument("--batch-size", type=int, default=d.batch_size,
+                       help=f"images per step on each worker (default: {d.batch_size})")
+
+
+def _add_optimizer_arguments(parser, d):
+    group = parser.add_argument_group("optimization")
+    group.add_argument("--num-epochs", type=int, default=d.num_epochs,
+                       help=f"epochs to train (default: {d.num_epochs})")
+    group.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default: {d.lr})")
+    group.add_argument("--lr-mode", default=d.lr_mode, help=f"schedule: {', '.join(LR_MODES)} "
+                       f"(default: {d.lr_mode})")
+    group.add_argument("--lr-step-epochs", type=int_tuple, default=d.lr_step_epochs,
+                       help="step mode: epochs at which the lr is multiplied by --lr-factor "
+                            "(default: %s)" % ",".join(map(str, d.lr_step_epochs)))
+    group.add_argument("--lr-factor", type=float, default=d.lr_factor,
+                       help=f"step mode: lr decay factor (default: {d.lr_factor})")
+    group.add_argument("--warmup-epochs", type=int, default=d.warmup_epochs,
+                       help=f"linear lr warm-up from 0 (default: {d.warmup_epochs})")
+    group.add_argument("--optimizer", default=d.optimizer, help=f"optimizer (default: {d.optimizer})")
+    group.add_argument("--mom", type=float, default=d.mom, help=f"momentum (default: {d.mom})")
+    group.add_argument("--wd", type=float, default=d.wd, help=f"weight decay (default: {d.wd})")
+    group.add_argument("--no-wd", action="store_true",
+                       help="no weight decay on biases and BatchNorm gamma/beta (default: off)")
+    group.add_argument("--label-smoothing", type=float, nargs="?", const=0.1,
+                       default=d.label_smoothing, help="label smoothing epsilon; the flag alone "
+                       f"means 0.1 (default: {d.label_smoothing})")
+    group.add_argument("--mixup", action="store_true", help="mixup training (default: off)")
+    group.add_argument("--mixup-alpha", type=float, default=d.mixup_alpha,
+                       help=f"mixup Beta(alpha, alpha) parameter (default: {d.mixup_alpha})")
+    group.add_argument("--loss-scale", default=d.loss_scale, help="'dynamic' or a number "
+                       "(default: dynamic for float16, none for float32 and bfloat16)")
+    group.add_argument("--max-consecutive-skips", type=int, default=d.max_consecutive_skips,
+                       help="stop when this many steps in a row overflow at the minimum loss "
+                            f"scale (default: {d.max_consecutive_skips})")
+
+
+def _add_run_arguments(parser, d):
+    group = parser.add_argument_group("run")
+    group.add_argument("--top-k", type=int, default=d.top_k,
+                       help=f"also report top-k accuracy (default: {d.top_k})")
+    group.add_argument("--model-prefix", default=d.model_prefix,
+                       help="checkpoint prefix, e.g. runs/r50 (default: no checkpoints)")
+    group.add_argument("--resume", default=d.resume, help="checkpoint to continue: PREFIX-NNNN, "
+                       "or PREFIX for its latest epoch (default: none)")
+    group.add_argument("--save-period", type=int, default=d.save_period,
+                       help=f"save a checkpoint every N epochs (default: {d.save_period})")
+    group.add_argument("--disp-batches", type=int, default=d.disp_batches,
+                       help=f"log every N batches (default: {d.disp_batches})")
+    group.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default: {d.seed})")
+    group.add_argument("--tensorboard", default=d.tensorboard,
+                       help="TensorBoard log directory (default: none)")
+    group.add_argument("--max-batches", type=int, default=d.max_batches,
+                       help=f"stop each epoch after N batches, 0 for all (default: {d.max_batches})")
+    group.add_argument("--log-file", default=d.log_file, help="log file (default: train.log "
+                       "next to --model-prefix; none without it)")
+
+
+def add_fine_tune_arguments(parser, defaults=FineTuneConfig()):
+    """Add the training flags and the fine-tuning ones to ``parser``."""
+    add_train_arguments(parser, defaults)
+    group = parser.add_argument_group("pretrained network")
+    group.add_argument("--pretrained-model", default=defaults.pretrained_model,
+                       help="MXNet checkpoint prefix (Module or Gluon export) to start from, with "
+                            "--load-epoch (default: --network's pretrained zoo weights)")
+    group.add_argument("--load-epoch", type=int, default=defaults.load_epoch,
+                       help="epoch of --pretrained-model (default: none)")
+    group.add_argument("--model-root", default=defaults.model_root,
+                       help=f"folder of the zoo's pretrained weights (default: {defaults.model_root})")
+    group.add_argument("--freeze-backbone", action="store_true",
+                       help="train the new classifier only (default: off)")
+    group.add_argument("--lr-mult", type=float, default=defaults.lr_mult,
+                       help="learning-rate multiplier of the pretrained layers "
+                            f"(default: {defaults.lr_mult})")
+    return parser

@@ -1,0 +1,171 @@
+"""Fine-tuning: a pretrained float32 network with a new classifier, trained in float16.
+
+The network comes from the model zoo's pretrained weights or from an MXNet checkpoint (a Module's
+``prefix-symbol.json`` + ``prefix-NNNN.params``, a Gluon ``export``, or a checkpoint of
+``scripts/train_imagenet.py``).  Its classifier (the last FullyConnected or Convolution layer) is
+replaced by one with ``num_classes`` outputs, which works for any zoo classification network; the rest
+is the backbone, which can be frozen or trained at a lower learning rate.  Training then runs as in
+:func:`mxfp16.training.train`: cast_block or cast_symbol + cast_params, loss scaling, checkpoints.
+"""
+import dataclasses
+import json
+import logging
+
+import mxnet as mx
+
+from .checkpoint import CheckpointError
+from .dtypes import GRAD_SCALE_HEADS
+from .models import DATA_INPUT, Network, block_to_network, default_initializer, get_network
+from .training import train
+
+log = logging.getLogger("mxfp16.train")
+
+#: Layers a classifier can end with, and the attribute holding their number of outputs.
+CLASSIFIER_OPS = {"FullyConnected": "num_hidden", "Convolution": "num_filter"}
+
+
+def zoo_network(name, root):
+    """The model zoo's pretrained float32 network ``name`` (weights read from ``root``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name.
+    FileNotFoundError
+        When the weights are not in ``root`` and cannot be downloaded, naming the file to put there.
+    """
+    return block_to_network(get_network(name, pretrained=True, root=root))
+
+
+def _logits(symbol):
+    """The graph without its loss head (``SoftmaxOutput`` of a Module checkpoint), if it has one."""
+    head = json.loads(symbol.tojson(remove_amp_cast=False))["nodes"][-1]["op"]
+    return symbol.get_children()[0] if head in GRAD_SCALE_HEADS else symbol
+
+
+def checkpoint_network(prefix, epoch):
+    """The float32 network of the MXNet checkpoint ``prefix-symbol.json`` + ``prefix-EPOCH.params``.
+
+    Raises
+    ------
+    mxfp16.checkpoint.CheckpointError
+        If the files are missing or unreadable.
+
+    Examples
+    --------
+    >>> import os, tempfile, mxnet as mx
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=10, name='fc')
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'module')
+    >>> mx.model.save_checkpoint(prefix, 3, mx.sym.SoftmaxOutput(fc, name='softmax'),
+    ...                          {'fc_weight': mx.nd.ones((10, 5)), 'fc_bias': mx.nd.zeros(10)}, {})
+    >>> network = checkpoint_network(prefix, 3)  # the softmax head is left out
+    >>> network.symbol.list_outputs(), sorted(network.arg_params)
+    (['fc_output'], ['fc_bias', 'fc_weight'])
+    """
+    try:
+        symbol, arg_params, aux_params = mx.model.load_checkpoint(prefix, epoch)
+    except (OSError, mx.base.MXNetError) as error:
+        reason = str(error).strip().splitlines()[0][:160]
+        raise CheckpointError(f"MXNet checkpoint {prefix!r} epoch {epoch} cannot be loaded "
+                              f"({reason}): expected {prefix}-symbol.json and "
+                              f"{prefix}-{epoch:04d}.params; check --pretrained-model and "
+                              "--load-epoch") from None
+    symbol = _logits(symbol)
+    arguments, auxiliary = set(symbol.list_arguments()), set(symbol.list_auxiliary_states())
+    return Network(symbol, {k: v.astype("float32") for k, v in arg_params.items() if k in arguments},
+                   {k: v.astype("float32") for k, v in aux_params.items() if k in auxiliary})
+
+
+def _replace_last_layer(symbol, num_classes):
+    """The graph with its last FullyConnected/Convolution giving ``num_classes`` outputs, and the
+    names of that layer's parameters."""
+    graph = json.loads(symbol.tojson(remove_amp_cast=False))
+    nodes = graph["nodes"]
+    layers = [i for i, node in enumerate(nodes) if node["op"] in CLASSIFIER_OPS]
+    if not layers:
+        raise ValueError("the network has no FullyConnected or Convolution layer to replace with a "
+                         f"{num_classes}-class classifier: pass a classification network")
+    layer = nodes[layers[-1]]
+    layer["attrs"][CLASSIFIER_OPS[layer["op"]]] = str(num_classes)
+    head = []
+    for source, _, _ in layer["inputs"]:
+        node = nodes[source]
+        if node["op"] == "null" and node["name"] != DATA_INPUT:
+            node.get("attrs", {}).pop("__shape__", None)  # the old class count's shape
+            head.append(node["name"])
+    return mx.sym.load_json(json.dumps(graph)), head
+
+
+def replace_classifier(network, num_classes, image_shape):
+    """``network`` with a new, freshly initialized classifier of ``num_classes`` outputs.
+
+    Parameters
+    ----------
+    network : mxfp16.models.Network
+        A float32 classification network.
+    num_classes : int
+    image_shape : tuple of int
+        ``(3, height, width)``, to infer the new layer's shapes.
+
+    Returns
+    -------
+    tuple
+        ``(Network, head_names)``: the new network (backbone values kept) and the names of the new
+        classifier's parameters.
+
+    Raises
+    ------
+    ValueError
+        If the network has no FullyConnected or Convolution layer.
+
+    Examples
+    --------
+    >>> from mxfp16.models import new_network
+    >>> network = new_network('mobilenet0.25', 1000, (3, 32, 32))
+    >>> tuned, head = replace_classifier(network, 4, (3, 32, 32))
+    >>> head, tuned.arg_params[head[0]].shape
+    (['mobilenet0_dense0_weight', 'mobilenet0_dense0_bias'], (4, 256))
+    """
+    symbol, head = _replace_last_layer(network.symbol, num_classes)
+    shapes = dict(zip(symbol.list_arguments(),
+                      symbol.infer_shape(**{DATA_INPUT: (1,) + tuple(image_shape)})[0]))
+    init = default_initializer()
+    arg_params = {k: v for k, v in network.arg_params.items() if k in shapes and k not in head}
+    for name in head:
+        arg_params[name] = mx.nd.zeros(shapes[name])
+        init(mx.init.InitDesc(name), arg_params[name])
+    return Network(symbol, arg_params, dict(network.aux_params)), head
+
+
+def fine_tune(config, metrics_path=None):
+    """Fine-tune the pretrained network a checked :class:`~mxfp16.config.FineTuneConfig` names.
+
+    The backbone (every parameter but the new classifier's) is frozen with
+    ``config.freeze_backbone``, else trained at ``config.lr_mult`` times the learning rate.
+
+    Returns
+    -------
+    dict
+        The last epoch record, as :func:`mxfp16.training.train` returns it.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        For a missing or unusable pretrained network, or any error :func:`~mxfp16.training.train`
+        raises.
+    """
+    if config.pretrained_model:
+        network = checkpoint_network(config.pretrained_model, config.load_epoch)
+        source = f"checkpoint {config.pretrained_model}-{config.load_epoch:04d}"
+    else:
+        network = zoo_network(config.network, config.model_root)
+        source = f"pretrained {config.network}"
+    network, head = replace_classifier(network, config.num_classes, config.image_shape)
+    backbone = [name for name in network.param_names if name not in head]
+    network = dataclasses.replace(
+        network, fixed_param_names=tuple(backbone) if config.freeze_backbone else (),
+        lr_mult={name: config.lr_mult for name in backbone} if config.lr_mult != 1 else {})
+    log.info("fine-tuning %s: new %d-class classifier %s; backbone of %d parameters %s", source,
+             config.num_classes, ", ".join(head), len(backbone),
+             "frozen" if config.freeze_backbone else f"at {config.lr_mult:g} x the learning rate")
+    return train(config, network=network, metrics_path=metrics_path, name=source)

@@ -1,0 +1,271 @@
+"""What a training run reports: console and file logs, a progress bar with ETA, ``metrics.jsonl``,
+TensorBoard scalars, and the one-line summary.
+
+Console logs go to stdout (stderr is kept for the one-line errors of the scripts); the progress bar
+(tqdm) goes to stderr and shows only on a terminal.
+"""
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import mxnet as mx
+from tqdm import tqdm
+
+#: Logger of every mxfp16 module; :func:`run_logging` attaches the handlers here.
+LOGGER_NAME = "mxfp16"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+
+log = logging.getLogger(LOGGER_NAME + ".train")
+
+
+class _ConsoleHandler(logging.Handler):
+    """Log lines to stdout through ``tqdm.write``, which keeps a progress bar below them intact."""
+
+    def emit(self, record):
+        try:
+            tqdm.write(self.format(record), file=sys.stdout)
+        except Exception:  # logging's contract: a broken handler must not stop the program
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def run_logging(log_file=None, level=logging.INFO):
+    """Log mxfp16's messages to stdout and to ``log_file`` for the duration of a ``with`` block.
+
+    Parameters
+    ----------
+    log_file : str or None
+        Appended to; its folder is created.  None logs to the console only.
+    level : int
+        Logging level.
+
+    Yields
+    ------
+    logging.Logger
+        The training logger.  The handlers are removed (and the file closed) on exit, so a second
+        run in the same process starts clean.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), 'logs', 'train.log')
+    >>> with run_logging(path) as log:
+    ...     log.info('epoch 0 done')  # doctest: +ELLIPSIS
+    20... INFO epoch 0 done
+    >>> open(path).read().strip().endswith(' INFO epoch 0 done')
+    True
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    handlers = [_ConsoleHandler()]
+    if log_file:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    saved = logger.level, logger.propagate
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        yield log
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        logger.level, logger.propagate = saved
+
+
+class MetricsLog:
+    """Records as JSON lines (``metrics.jsonl``) and their numbers as TensorBoard scalars.
+
+    Parameters
+    ----------
+    jsonl_path : str or None
+        File the records are appended to, one JSON object per line.
+    tensorboard_dir : str or None
+        Folder of a ``tensorboardX.SummaryWriter``.
+
+    Examples
+    --------
+    >>> import os, tempfile, json
+    >>> path = os.path.join(tempfile.mkdtemp(), 'metrics.jsonl')
+    >>> with MetricsLog(path) as metrics:
+    ...     metrics.write({'epoch': 0, 'top1': 0.5}, step=0)
+    >>> json.loads(open(path).readline())
+    {'epoch': 0, 'top1': 0.5}
+    """
+
+    def __init__(self, jsonl_path=None, tensorboard_dir=None):
+        self._file = None
+        if jsonl_path:
+            os.makedirs(os.path.dirname(os.path.abspath(jsonl_path)), exist_ok=True)
+            self._file = open(jsonl_path, "a")
+        self._writer = None
+        if tensorboard_dir:
+            from tensorboardX import SummaryWriter  # imported only when asked for: it is slow
+            self._writer = SummaryWriter(tensorboard_dir)
+
+    def write(self, record, step, group="epoch"):
+        """Append ``record`` to the JSON lines and its finite numbers to TensorBoard as
+        ``group/<key>`` at ``step``."""
+        if self._file:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        self.scalars(record, step, group)
+
+    def scalars(self, values, step, group):
+        """TensorBoard scalars only (per-batch values)."""
+        if not self._writer:
+            return
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                self._writer.add_scalar(f"{group}/{key}", value, step)
+
+    def close(self):
+        if self._file:
+            self._file.close()
+        if self._writer:
+            self._writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def progress_bar(total, desc):
+    """A tqdm bar with ETA on stderr; silent when stderr is not a terminal (logs, tests)."""
+    return tqdm(total=total, desc=desc, unit="batch", leave=False, dynamic_ncols=True,
+                disable=None, file=sys.stderr)
+
+
+def _is_power_of_two(number):
+    return number > 0 and number & (number - 1) == 0
+
+
+class EpochMeter:
+    """Bookkeeping of one training epoch: loss, accuracy, speed, skipped steps, bar and batch logs.
+
+    Parameters
+    ----------
+    epoch : int
+        Epoch number (from 0), for the messages.
+    num_batches : int
+        Batches planned, for the progress bar's ETA.
+    scaler : mxfp16.LossScaler
+        Read for the loss scale and the skipped steps.
+    disp_batches : int
+        Log a line (and TensorBoard scalars) every ``disp_batches`` batches.
+    metrics_log : MetricsLog or None
+        Receives the per-batch scalars.
+    """
+
+    def __init__(self, epoch, num_batches, scaler, disp_batches=20, metrics_log=None):
+        self.epoch, self.scaler, self.disp_batches = epoch, scaler, disp_batches
+        self.metrics_log = metrics_log
+        self.accuracy = mx.metric.Accuracy()
+        self.loss_sum, self.loss_count, self.samples, self.batches = 0.0, 0, 0, 0
+        self.skipped_at_start = scaler.num_skipped
+        self.bar = progress_bar(num_batches, f"epoch {epoch}")
+        self.tic = time.time()
+
+    def update(self, labels, outputs, losses, updated, lr, num_update):
+        """Record one step: hard ``labels`` and ``outputs`` (lists per device), per-sample ``losses``
+        (NDArrays), whether the step ``updated``, the learning rate and the update count."""
+        self.accuracy.update(labels, outputs)
+        values = [v for loss in losses for v in loss.asnumpy().ravel().tolist()]
+        if all(map(math.isfinite, values)):
+            self.loss_sum += sum(values)
+            self.loss_count += len(values)
+        self.samples += sum(label.shape[0] for label in labels)
+        self.batches += 1
+        if not updated and _is_power_of_two(self.scaler.consecutive_skips):
+            log.warning("Epoch[%d] Batch[%d] gradient overflow: step skipped, loss scale now %g "
+                        "(%d skipped in a row, %d in all)", self.epoch, self.batches - 1,
+                        self.scaler.loss_scale, self.scaler.consecutive_skips,
+                        self.scaler.num_skipped)
+        self.bar.update(1)
+        self.bar.set_postfix(loss="%.3f" % self.mean_loss, scale="%g" % self.scaler.loss_scale)
+        if self.batches % self.disp_batches == 0:
+            self._log_batch(lr, num_update)
+
+    @property
+    def mean_loss(self):
+        """Mean training loss over the finite steps so far (NaN before any)."""
+        return self.loss_sum / self.loss_count if self.loss_count else float("nan")
+
+    def _log_batch(self, lr, num_update):
+        speed = self.samples / max(time.time() - self.tic, 1e-9)
+        log.info("Epoch[%d] Batch[%d] speed %.1f img/s loss %.4f accuracy %.4f lr %.5g "
+                 "loss scale %g", self.epoch, self.batches, speed, self.mean_loss,
+                 self.accuracy.get()[1], lr, self.scaler.loss_scale)
+        if self.metrics_log:
+            self.metrics_log.scalars({"loss": self.mean_loss, "lr": lr, "img_per_sec": speed,
+                                      "loss_scale": self.scaler.loss_scale}, num_update, "batch")
+
+    def close(self):
+        """End the epoch; return its statistics (``train_loss``, ``train_acc``, ``img_per_sec``,
+        ``skipped_steps``, ``batches``)."""
+        mx.nd.waitall()
+        elapsed = max(time.time() - self.tic, 1e-9)
+        self.bar.close()
+        return {"train_loss": self.mean_loss, "train_acc": self.accuracy.get()[1],
+                "img_per_sec": self.samples / elapsed, "batches": self.batches,
+                "skipped_steps": self.scaler.num_skipped - self.skipped_at_start}
+
+
+def run_files(log_file=None, model_prefix=None):
+    """``(log_file, metrics_path)`` of a run: ``--log-file``, else ``train.log`` in the folder of
+    ``--model-prefix``; ``metrics.jsonl`` next to the log.  ``(None, None)`` without either.
+
+    Examples
+    --------
+    >>> run_files(model_prefix='runs/r50')
+    ('runs/train.log', 'runs/metrics.jsonl')
+    """
+    if not log_file and model_prefix:
+        log_file = os.path.join(os.path.dirname(model_prefix), "train.log")
+    if not log_file:
+        return None, None
+    return log_file, os.path.join(os.path.dirname(log_file), "metrics.jsonl")
+
+
+def error_line(error):
+    """An exception as the one line a script prints on stderr: ``error: <message>``."""
+    return "error: " + " ".join(str(error).split())
+
+
+def _value(number, digits=4):
+    return "n/a" if number is None or not math.isfinite(number) else f"{number:.{digits}f}"
+
+
+def epoch_line(record, top_k):
+    """The log line of an epoch record (see ``mxfp16.training.run_epochs``)."""
+    return (f"Epoch[{record['epoch']}] train loss {_value(record['train_loss'])} accuracy "
+            f"{_value(record['train_acc'])} | validation top-1 {_value(record['top1'])} top-{top_k} "
+            f"{_value(record['topk'])} | {record['img_per_sec']:.1f} img/s | lr "
+            f"{record['lr']:.5g} | loss scale {record['loss_scale']:g} | skipped steps "
+            f"{record['skipped_steps']} (run total {record['num_skipped']})")
+
+
+def summary_line(network, dtype, api, record, top_k):
+    """The one-line summary a run ends with.
+
+    Examples
+    --------
+    >>> record = {'epoch': 1, 'top1': 0.75, 'topk': 1.0, 'img_per_sec': 812.3, 'loss_scale': 65536.0,
+    ...           'num_skipped': 2}
+    >>> summary_line('resnet50_v1', 'float16', 'gluon', record, top_k=5)
+    'resnet50_v1 float16 (gluon): 2 epochs, top-1 0.7500, top-5 1.0000, 812.3 img/s, loss scale 65536, 2 skipped steps'
+    """
+    epochs = record.get("epoch", -1) + 1
+    return (f"{network} {dtype} ({api}): {epochs} epoch{'s' if epochs != 1 else ''}, top-1 "
+            f"{_value(record.get('top1'))}, top-{top_k} {_value(record.get('topk'))}, "
+            f"{record.get('img_per_sec', 0.0):.1f} img/s, loss scale "
+            f"{record.get('loss_scale', 1.0):g}, {record.get('num_skipped', 0)} skipped steps")

@@ -1,0 +1,82 @@
+"""Learning-rate schedules: linear warm-up then step, cosine or poly decay (GluonCV's schedulers).
+
+The schedule is a pure function of the optimizer's update count (``num_update``), which the
+optimizer state of a checkpoint carries, so a resumed run continues the schedule where it stopped.
+The same scheduler object drives a Gluon ``Trainer`` and a ``Module``.  As everywhere in MXNet, a
+step skipped for a gradient overflow is not an update and does not advance the schedule: epochs of
+the schedule end a few steps later than the data's (one per skipped step, a few dozen in a run).
+"""
+from gluoncv.utils import LRScheduler, LRSequential
+
+#: Exponent of the poly schedule, ``lr * (1 - t / T) ** POLY_POWER`` (GluonCV's default).
+POLY_POWER = 2
+
+
+def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=(), factor=0.1,
+                      warmup_epochs=0):
+    """The learning-rate scheduler of a run, indexed by update count.
+
+    Parameters
+    ----------
+    lr : float
+        The base learning rate (reached at the end of the warm-up).
+    lr_mode : {'step', 'cosine', 'poly'}
+        ``step`` multiplies the rate by ``factor`` at each of ``step_epochs``; ``cosine`` and ``poly``
+        decay it to 0 at the end of training.
+    num_epochs : int
+        Epochs of the whole run (warm-up included).
+    batches_per_epoch : int
+        Updates per epoch.
+    step_epochs : sequence of int
+        Epochs (counted from the start of training) at which the step schedule decays.
+    factor : float
+        Step decay factor.
+    warmup_epochs : int
+        Epochs of linear warm-up from 0 to ``lr``.
+
+    Returns
+    -------
+    mx.lr_scheduler.LRScheduler
+        Give it to the optimizer as ``lr_scheduler``; ``scheduler(n)`` is the rate of update ``n``
+        (MXNet numbers updates from 1).
+
+    Raises
+    ------
+    ValueError
+        For an unknown mode or a warm-up that leaves no epoch.
+
+    Examples
+    --------
+    >>> sched = make_lr_scheduler(0.1, 'step', num_epochs=3, batches_per_epoch=10, step_epochs=[2])
+    >>> [round(sched(n), 4) for n in (1, 20, 21, 30)]  # update 21 is the first of epoch 2
+    [0.1, 0.1, 0.01, 0.01]
+    >>> sched = make_lr_scheduler(0.4, 'cosine', num_epochs=2, batches_per_epoch=5, warmup_epochs=1)
+    >>> [round(sched(n), 2) for n in (1, 3, 5, 6, 10)]
+    [0.0, 0.2, 0.4, 0.4, 0.0]
+    """
+    if lr_mode not in ("step", "cosine", "poly"):
+        raise ValueError(f"unknown lr mode {lr_mode!r}: choose step, cosine or poly")
+    if warmup_epochs >= num_epochs and warmup_epochs:
+        raise ValueError(f"warmup_epochs={warmup_epochs} leaves no epoch of num_epochs={num_epochs} "
+                         "after the warm-up: lower it")
+    # GluonCV's schedulers divide by (iterations - 1): give each phase at least two.
+    per_epoch = max(int(batches_per_epoch), 2)
+    schedulers = []
+    if warmup_epochs:
+        schedulers.append(LRScheduler("linear", base_lr=0.0, target_lr=lr, nepochs=warmup_epochs,
+                                      iters_per_epoch=per_epoch))
+    schedulers.append(LRScheduler(lr_mode, base_lr=lr, target_lr=0.0,
+                                  nepochs=num_epochs - warmup_epochs, iters_per_epoch=per_epoch,
+                                  step_epoch=[e - warmup_epochs for e in step_epochs],
+                                  step_factor=factor, power=POLY_POWER))
+    scheduler = _FromFirstUpdate(schedulers)
+    scheduler.base_lr = lr  # what the optimizer sets; unused, but it warns when they differ
+    return scheduler
+
+
+class _FromFirstUpdate(LRSequential):
+    """GluonCV's schedulers count updates from 0, MXNet's optimizers from 1: shift by one, so the
+    first update of epoch ``e`` is the first at epoch ``e``'s rate."""
+
+    def __call__(self, num_update):
+        return super().__call__(max(int(num_update) - 1, 0))

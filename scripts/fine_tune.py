@@ -1,0 +1,46 @@
+"""Fine-tune a pretrained float32 network in float16 on a new dataset.
+
+    python scripts/fine_tune.py --network resnet50_v1 --num-classes 101 \
+        --data-dir ~/data/101_ObjectCategories --image-shape 3,224,224 --batch-size 32
+
+The network is --network's pretrained zoo weights (from --model-root, ~/.mxnet/models; nothing is
+downloaded when they are there), or an MXNet checkpoint (--pretrained-model PREFIX --load-epoch N: a
+Module checkpoint, a Gluon export or a checkpoint of train_imagenet.py).  Its classifier is replaced
+for --num-classes; --freeze-backbone trains the new classifier only, --lr-mult scales the learning
+rate of the pretrained layers.  Data, training and checkpoint flags are train_imagenet.py's.  Bad
+input prints one "error: ..." line and exits with code 2.
+"""
+import sys
+
+from mxfp16 import LossScaleCollapse
+from mxfp16.config import ArgumentParser, FineTuneConfig, add_fine_tune_arguments
+from mxfp16.finetune import fine_tune
+from mxfp16.logs import error_line, run_files, run_logging, summary_line
+
+
+def get_args_parser():
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    return add_fine_tune_arguments(parser, FineTuneConfig())
+
+
+def main(argv=None):
+    """Run the script; return the exit code (0, or 2 on a user error)."""
+    try:
+        args = get_args_parser().parse_args(argv)
+    except SystemExit as exit_request:  # --help, or a usage error already printed
+        return exit_request.code
+    try:
+        config = FineTuneConfig(**vars(args)).checked()
+        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
+        with run_logging(log_file):
+            record = fine_tune(config, metrics_path=metrics_path)
+    except (ValueError, OSError, LossScaleCollapse) as error:
+        print(error_line(error), file=sys.stderr)
+        return 2
+    name = config.pretrained_model or config.network
+    print(summary_line(name, config.dtype, config.api, record, config.top_k))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
