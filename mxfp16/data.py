@@ -381,8 +381,8 @@ def _check_batch_labels(labels, num_classes, batch_index):
         bad = labels[~valid].flat[0]
         raise DataError(
             f"label {bad:g} in batch {batch_index} (counting from 0) is not a class index in the valid "
-            f"range [0, {num_classes}): pass num_classes=<the number of classes in the data> or fix "
-            f"the labels (classes are numbered 0..{num_classes - 1}; {_REBUILD})")
+            f"range [0, {num_classes}): set the number of classes (--num-classes) to that of the "
+            f"data or fix the labels (classes are numbered 0..{num_classes - 1}; {_REBUILD})")
 
 
 class _LabelCheckIter(mx.io.DataIter):
@@ -766,7 +766,8 @@ def _loader_iter(items, transform, batch_size, image_shape, shuffle, num_workers
 
 
 def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter=COLOR_JITTER,
-                 lighting=0.0, mean_rgb=IMAGENET_MEAN_RGB, std_rgb=IMAGENET_STD_RGB, num_workers=0):
+                 lighting=0.0, mean_rgb=IMAGENET_MEAN_RGB, std_rgb=IMAGENET_STD_RGB, num_workers=0,
+                 num_parts=1, part_index=0):
     """Training and validation batches read straight from an image folder (Gluon transforms).
 
     The folder is listed and split by :func:`split_image_folder`: ``root/train`` and ``root/val`` when
@@ -793,6 +794,9 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
         As for :func:`record_iter`.
     num_workers : int
         DataLoader worker processes (0 decodes in the calling thread).
+    num_parts, part_index : int
+        Distributed training: this worker reads every ``num_parts``-th training image starting at
+        ``part_index`` (of the training list in folder order); validation is not sharded.
 
     Returns
     -------
@@ -820,9 +824,14 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
     """
     image_shape = _check_image_shape(image_shape)
     _check_positive("batch_size", batch_size)
+    _check_part(num_parts, part_index)
     split = split_image_folder(root, val_fraction, seed)
+    shard = split.train[part_index::num_parts]
+    if not shard:
+        raise DataError(f"part {part_index} of {num_parts} of image folder {root!r} has no training "
+                        f"image ({len(split.train)} in all): use fewer workers or more images")
     train_transform = _train_transform(image_shape, jitter, lighting, mean_rgb, std_rgb)
-    train_data = _loader_iter(split.train, train_transform, batch_size, image_shape,
+    train_data = _loader_iter(shard, train_transform, batch_size, image_shape,
                               shuffle=True, num_workers=num_workers)
     val_data = None
     if split.val:

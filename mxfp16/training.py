@@ -81,7 +81,7 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
         loaded = _synthetic_data(batch_size, image_shape, num_classes, num_examples, seed + part_index)
     elif data_dir:
         loaded = _folder_data(data_dir, batch_size, image_shape, num_classes, val_fraction, seed,
-                              num_parts)
+                              num_parts, part_index)
     else:
         loaded = _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size,
                               image_shape, num_threads, num_parts, part_index, seed)
@@ -98,17 +98,17 @@ def _synthetic_data(batch_size, image_shape, num_classes, num_examples, seed):
     return TrainData(train, val, num_batches, "synthetic data")
 
 
-def _folder_data(root, batch_size, image_shape, num_classes, val_fraction, seed, num_parts):
-    if num_parts > 1:
-        raise ValueError("--data-dir is not sharded over distributed workers: pack the folder "
-                         "with scripts/prepare_data.py and pass --data-train/--data-val")
+def _folder_data(root, batch_size, image_shape, num_classes, val_fraction, seed, num_parts,
+                 part_index):
     split = datasets.split_image_folder(root, val_fraction, seed)
     if len(split.classes) > num_classes:
         raise datasets.DataError(f"image folder {root!r} has {len(split.classes)} classes but "
                                  f"--num-classes is {num_classes}: pass --num-classes "
                                  f"{len(split.classes)}")
-    train, val, _ = datasets.folder_iters(root, batch_size, image_shape, val_fraction, seed)
-    return TrainData(train, val, math.ceil(len(split.train) / batch_size),
+    train, val, _ = datasets.folder_iters(root, batch_size, image_shape, val_fraction, seed,
+                                          num_parts=num_parts, part_index=part_index)
+    shard_size = len(split.train[part_index::num_parts])
+    return TrainData(train, val, math.ceil(shard_size / batch_size),
                      f"image folder {root} ({len(split.classes)} classes, {len(split.train)} "
                      f"training and {len(split.val)} validation images)")
 

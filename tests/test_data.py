@@ -266,3 +266,14 @@ def test_module_learns_the_fixture_classes_from_records(rec_files):
     module.fit(train_data, num_epoch=8, optimizer="adam", optimizer_params={"learning_rate": 0.05},
                initializer=mx.init.Xavier())
     assert dict(module.score(val_data, "acc"))["accuracy"] >= 0.75
+
+
+def test_folder_iters_shards_training_images_over_workers(image_folder):
+    from mxfp16.data import split_image_folder
+    split = split_image_folder(str(image_folder), 0.25, 0)
+    shards = [folder_iters(str(image_folder), 4, (3, 16, 16), val_fraction=0.25, num_parts=3,
+                           part_index=part)[0] for part in range(3)]
+    sizes = [sum(4 - batch.pad for batch in shard) for shard in shards]
+    assert sizes == [12, 12, 12] and sum(sizes) == len(split.train)
+    with pytest.raises(ValueError, match="part_index"):
+        folder_iters(str(image_folder), 4, (3, 16, 16), num_parts=2, part_index=2)

@@ -98,8 +98,10 @@ def test_load_data_chooses_the_source_and_shards_records_evenly(rec_files, image
     with pytest.raises(DataError, match="has 4 classes but --num-classes is 3: pass "
                                         "--num-classes 4"):
         training.load_data(data_dir=str(image_folder), **dict(common, num_classes=3))
-    with pytest.raises(ValueError, match="--data-dir is not sharded"):
-        training.load_data(data_dir=str(image_folder), num_parts=2, **common)
+    # Two workers of a folder: 36 training images, every other one each, 4 batches of 5.
+    halves = [training.load_data(data_dir=str(image_folder), val_fraction=0.25, num_parts=2,
+                                 part_index=part, **common) for part in (0, 1)]
+    assert [half.batches_per_epoch for half in halves] == [4, 4]
 
 
 def test_parameter_settings_reach_both_apis(network):
