@@ -89,6 +89,7 @@ class _Emulator:
         self.rounded = set()  # new node ids whose outputs are rounded on every use
         self.half_params = set()  # new node ids of float16 parameters
         self.on_grid = set()  # new node ids whose outputs already are float16 values
+        self.inputs = set()  # new node ids of the data inputs, of any float dtype
 
     def use(self, old_entry):
         """The float32 entry a consumer reads for an old entry."""
@@ -104,7 +105,7 @@ class _Emulator:
     def round(self, entry):
         if entry[0] in self.on_grid:
             return entry
-        out = self.rw.round_to_float16(entry)
+        out = self.rw.round_to_float16(entry, any_dtype=entry[0] in self.inputs)
         self.on_grid.add(out[0])
         return out
 
@@ -118,6 +119,7 @@ class _Emulator:
         new_id = self.rw.emit(node if is_data else without_dtype(node), [], old_id)
         if is_data:
             self.rounded.add(new_id)
+            self.inputs.add(new_id)
 
     def runs_in_float16(self, node):
         name = node["name"]

@@ -9,6 +9,8 @@ import json
 import mxnet as mx
 import numpy as np
 
+from . import fastround
+
 #: Attribute that marks the nodes mxfp16 inserts, so a second cast can take them out first.
 MARK = "__mxfp16__"
 
@@ -106,9 +108,16 @@ class GraphRewriter:
         """
         return self.insert_op("Cast", entry, f"cast_{dtype}", dtype=dtype)
 
-    def round_to_float16(self, entry):
+    def round_to_float16(self, entry, any_dtype=False):
         """Round a float32 entry through float16 and back: the value, and in backward its gradient,
-        land on the float16 grid (overflow to inf, underflow to zero) while staying float32."""
+        land on the float16 grid (overflow to inf, underflow to zero) while staying float32.
+
+        One fused pass (:mod:`mxfp16.fastround`) where it can be built, else a ``Cast`` pair with
+        the same results bit for bit.  ``any_dtype``: the entry may not be float32 (a data input),
+        which only the ``Cast`` pair accepts.
+        """
+        if not any_dtype and fastround.wanted() and fastround.load():
+            return self.insert_op(fastround.ROUND_OP, entry, "round_float16")
         half = self.cast(entry, "float16")
         return self.insert_op("Cast", half, "round_float16", dtype="float32")
 

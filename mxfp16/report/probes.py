@@ -17,6 +17,7 @@ from collections import defaultdict
 
 import mxnet as mx
 
+from ..fastround import ROUND_OP
 from ..graph import MARK, node_dtype
 
 #: Suffix of the probe inputs' names.
@@ -50,6 +51,9 @@ def _inserted_cast(nodes, node_id, dtype):
 def _after_rounding(nodes, users, entry):
     """The end of the emulation's float16 rounding if it is ``entry``'s only consumer, else entry."""
     first = users[entry]
+    if len(first) == 1 and first[0] >= 0 and nodes[first[0]]["op"] == ROUND_OP \
+            and nodes[first[0]].get("attrs", {}).get(MARK):
+        return (first[0], 0)  # the fused rounding op
     if len(first) != 1 or not _inserted_cast(nodes, first[0], "float16"):
         return entry
     second = users[(first[0], 0)]
