@@ -1,0 +1,131 @@
+"""Shared pieces of the benchmark scripts: the machine description, the digits data set and the
+result files (Markdown table + JSON next to each other).
+
+The scripts import it as a sibling module (``python benchmarks/<name>.py`` puts this folder on
+``sys.path``); it is not part of the mxfp16 package because only the benchmarks use it.
+"""
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+
+import mxnet as mx
+import numpy as np
+
+#: Where the scripts write their results unless --out-dir says otherwise.
+DEFAULT_OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+#: The digits split: a quarter of each class held out for testing, always the same quarter.
+DIGITS_TEST_FRACTION = 0.25
+DIGITS_SPLIT_SEED = 0
+
+
+def cpu_model():
+    """The CPU model as /proc/cpuinfo names it (``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info():
+    """CPU, core count, library versions and the date: what a result needs to be compared."""
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "mxnet": mx.__version__,
+            "numpy": np.__version__, "python": platform.python_version(),
+            "gpus": mx.context.num_gpus(),
+            "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
+
+
+def command_line(script, argv):
+    """The command that reproduces a run, as a user would type it from the repository root."""
+    return " ".join(["python", f"benchmarks/{script}.py"] + [shlex.quote(arg) for arg in argv])
+
+
+def digits_split():
+    """scikit-learn's handwritten digits (1797 8x8 images, bundled offline), split per class.
+
+    Returns
+    -------
+    tuple
+        ``(train_x, train_y), (test_x, test_y)``: images as float32 ``(N, 1, 8, 8)`` scaled to [0, 1],
+        labels as float32 class indices; 1347 training and 450 test images.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    images, labels = load_digits(return_X_y=True)
+    images = (images / 16.0).reshape(-1, 1, 8, 8).astype("float32")
+    train_x, test_x, train_y, test_y = train_test_split(
+        images, labels.astype("float32"), test_size=DIGITS_TEST_FRACTION,
+        random_state=DIGITS_SPLIT_SEED, stratify=labels)
+    return (train_x, train_y), (test_x, test_y)
+
+
+def parse_image_shape(text):
+    """``'3,224,224'`` -> ``(3, 224, 224)``; ValueError naming the flag otherwise."""
+    try:
+        shape = tuple(int(item) for item in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or shape[0] != 3 or min(shape) < 1:
+        raise ValueError(f"--image-shape {text!r}: give channels,height,width with 3 channels, "
+                         "for example 3,224,224")
+    return shape
+
+
+def mean_std(values):
+    """Mean and sample standard deviation (0 for a single value)."""
+    values = [float(v) for v in values]
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def markdown_table(header, rows):
+    """A Markdown table; numbers are written as given (format them before)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out_dir, name, markdown, record):
+    """Write ``<name>.md`` and ``<name>.json`` into ``out_dir``; return their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    md_path, json_path = (os.path.join(out_dir, name + suffix) for suffix in (".md", ".json"))
+    with open(md_path, "w") as md_file:
+        md_file.write(markdown)
+    with open(json_path, "w") as json_file:
+        json.dump(record, json_file, indent=2)
+        json_file.write("\n")
+    return md_path, json_path
+
+
+def header_lines(record):
+    """The Markdown lines every result file starts with: command, machine and date."""
+    machine = record["machine"]
+    return (f"Command: `{record['command']}`\n\n"
+            f"Machine: {machine['cpu']}, {machine['cores']} cores, MXNet {machine['mxnet']}, "
+            f"numpy {machine['numpy']}, Python {machine['python']}; {machine['date']}\n\n")
+
+
+def new_figure(num_panels):
+    """A matplotlib figure (Agg backend, no display needed) with ``num_panels`` side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, num_panels, figsize=(5.5 * num_panels, 4), squeeze=False)
+    return fig, list(axes[0])
+
+
+def save_figure(fig, path):
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

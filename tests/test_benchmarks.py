@@ -1,0 +1,158 @@
+"""Every benchmark script runs end to end in --quick mode and writes what it promises.
+
+The assertions are on structure and on exact facts (modes, row counts, files, the float16 underflow
+of the loss-scaling benchmark), never on wall-clock times.
+"""
+import importlib.util
+import json
+import os
+
+import pytest
+
+BENCHMARKS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "benchmarks")
+
+
+@pytest.fixture
+def load_benchmark(monkeypatch):
+    """``load_benchmark("cast_time")`` -> the module benchmarks/cast_time.py (with its sibling
+    ``bench_common`` importable, as when the script runs)."""
+    monkeypatch.syspath_prepend(BENCHMARKS_DIR)
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(
+            f"benchmarks_{name}", os.path.join(BENCHMARKS_DIR, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
+
+def run_quick(module, out_dir, *extra):
+    assert module.main(["--quick", "--out-dir", str(out_dir), *extra]) == 0
+    with open(out_dir / f"{module.NAME}.json") as json_file:
+        record = json.load(json_file)
+    markdown = (out_dir / f"{module.NAME}.md").read_text()
+    assert record["benchmark"] == module.NAME
+    assert record["command"].startswith(f"python benchmarks/{module.NAME}.py --quick")
+    assert {"cpu", "cores", "mxnet", "date"} <= set(record["machine"])
+    assert f"MXNet {record['machine']['mxnet']}" in markdown and record["command"] in markdown
+    return record, markdown
+
+
+def table_rows(markdown):
+    """The body rows of the Markdown table in a result file."""
+    return [line for line in markdown.splitlines() if line.startswith("| ")][1:]
+
+
+def test_accuracy_parity_quick(load_benchmark, tmp_path):
+    module = load_benchmark("accuracy_parity")
+    record, markdown = run_quick(module, tmp_path)
+    modes = list(module.MODES)
+    assert modes == ["float32", "float16", "float16-no-scaling", "bfloat16"]
+    assert [row["mode"] for row in record["summary"]] == modes
+    assert len(table_rows(markdown)) == len(modes)
+    assert len(record["runs"]) == len(modes)  # one seed
+    for run in record["runs"]:
+        assert len(run["epoch_losses"]) == 2
+        assert 0.0 <= run["test_accuracy"] <= 1.0
+    float32 = next(run for run in record["runs"] if run["mode"] == "float32")
+    assert float32["skipped_steps"] == 0 and float32["final_loss_scale"] == 1.0
+    assert (tmp_path / "accuracy_parity_loss.png").stat().st_size > 0
+
+
+def test_loss_scaling_matters_quick_shows_underflow(load_benchmark, tmp_path):
+    module = load_benchmark("loss_scaling_matters")
+    record, markdown = run_quick(module, tmp_path)
+    assert len(table_rows(markdown)) == 3
+    rows = {row["mode"]: row for row in record["summary"]}
+    assert list(rows) == ["float32", "float16-no-scaling", "float16-dynamic"]
+    assert all(row["log2_factor"] == -20 for row in rows.values())
+    # Quick mode uses the loss factor 2**-20: every logit gradient is below
+    # 2**-20 * 1 / batch_size = 2**-26, under half of float16's smallest subnormal, so without
+    # scaling it rounds to 0, and every weight gradient with it.  Exact, not statistical.
+    assert rows["float16-no-scaling"]["zero_grad_fraction"] == 1.0
+    assert rows["float16-dynamic"]["zero_grad_fraction"] < 1.0
+    assert rows["float16-dynamic"]["final_loss_scale"] > 1.0
+    assert (tmp_path / "loss_scaling_matters.png").stat().st_size > 0
+
+
+def test_cast_time_quick_counts_casts(load_benchmark, tmp_path):
+    module = load_benchmark("cast_time")
+    record, markdown = run_quick(module, tmp_path)
+    results = {row["conversion"]: row for row in record["results"]}
+    assert list(results) == list(module.CONVERSIONS)
+    assert len(table_rows(markdown)) == 3
+    gpu, emulated, amp = results.values()
+    assert gpu["casts_inserted"] > 0 and amp["casts_inserted"] > 0
+    assert emulated["casts_inserted"] > gpu["casts_inserted"]  # a rounding pair per GEMM
+    assert all(len(row["times_s"]) == 1 for row in results.values())
+
+
+def test_data_pipeline_quick(load_benchmark, tmp_path):
+    module = load_benchmark("data_pipeline")
+    record, markdown = run_quick(module, tmp_path)
+    assert record["config"]["num_train"] == 8 and record["config"]["num_val"] == 8
+    assert list(record["results"]) == ["train", "val"]
+    for by_iterator in record["results"].values():
+        assert list(by_iterator) == ["raw ImageRecordIter", "mxfp16 record_iter"]
+        assert all(value["img_per_s"] > 0 for value in by_iterator.values())
+    assert len(table_rows(markdown)) == 4
+
+
+def test_train_throughput_quick(load_benchmark, tmp_path):
+    module = load_benchmark("train_throughput")
+    record, markdown = run_quick(module, tmp_path)
+    rows = record["results"]
+    assert [row["dtype"] for row in rows] == ["float32", "float16", "bfloat16"]
+    assert len(table_rows(markdown)) == 3
+    assert rows[0]["bare_over_float32"] == 1.0
+    for row in rows:
+        assert row["bare_img_per_s"] > 0 and len(row["bare_step_times_s"]) == 3  # 1 + 2 steps
+        status = row["script"]["status"]
+        if os.path.isfile(module.SCRIPT):
+            assert status == "ok", row["script"]
+            assert row["script_over_bare"] > 0
+        else:
+            assert status.startswith("skipped: ") and row["script_over_bare"] is None
+
+
+def test_train_throughput_skips_a_missing_script(load_benchmark, tmp_path, monkeypatch):
+    module = load_benchmark("train_throughput")
+    monkeypatch.setattr(module, "SCRIPT", str(tmp_path / "missing.py"))
+    config = module.make_config(module.get_args_parser().parse_args(["--quick"]))
+    result = module.run_script(config, "float16")
+    assert result["status"] == f"skipped: {os.path.relpath(tmp_path / 'missing.py')} not found"
+    assert result["img_per_s"] is None
+    assert "--benchmark 1 --network resnet18_v1 --batch-size 2 --image-shape 3,32,32 " \
+           "--dtype float16 --max-batches 3 --num-epochs 1" in result["command"]
+
+
+@pytest.mark.parametrize("log, expected", [
+    ("Epoch[0] Batch [5]\tSpeed: 12.50 samples/sec\taccuracy=0.1\n", 12.5),
+    ("Speed: 10.0 samples/sec\nINFO done: 3 batches, 11.25 img/s\n", 11.25),
+    ("train 7 images/s", 7.0),
+    ("no figure here", None),
+])
+def test_train_throughput_parses_the_last_figure(load_benchmark, log, expected):
+    assert load_benchmark("train_throughput").parse_throughput(log) == expected
+
+
+def test_train_throughput_takes_the_summary_line_over_the_log(load_benchmark):
+    module = load_benchmark("train_throughput")
+    stdout = "resnet50_v1 float16 (gluon): 1 epoch, top-1 0.1, top-5 0.5, 8.5 img/s, loss scale 1\n"
+    stderr = "Epoch[0] Batch[20] speed 9.9 img/s loss 2.3\n"
+    assert module.script_throughput(stdout, stderr) == 8.5
+    assert module.script_throughput("", stderr) == 9.9
+
+
+@pytest.mark.parametrize("name, argv, message", [
+    ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
+    ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
+    ("data_pipeline", ["--image-shape", "224,224"], "--image-shape '224,224'"),
+    ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
+])
+def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
+    assert load_benchmark(name).main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
