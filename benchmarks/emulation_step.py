@@ -5,6 +5,7 @@ Prints one JSON line per dtype and the ratio; docs/benchmarks.md records the res
 """
 import argparse
 import json
+import os
 import platform
 import time
 
@@ -12,6 +13,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxfp16
+import mxfp16.fastround
 from mxfp16.models import get_network
 
 
@@ -60,8 +62,9 @@ def main():
         print(json.dumps({"dtype": dtype, "median_step_s": round(results[dtype], 3),
                           "img_per_s": round(args.batch_size / results[dtype], 2)}))
     print(json.dumps({"network": args.network, "batch_size": args.batch_size,
-                      "image_size": args.image_size, "machine": platform.processor() or
-                      platform.machine(), "cores": mx.context.num_gpus() or None,
+                      "image_size": args.image_size, "machine": platform.machine(),
+                      "cores": os.cpu_count(), "mxnet": mx.__version__,
+                      "fused_rounding": mxfp16.fastround.wanted() and mxfp16.fastround.load(),
                       "float16_over_float32": round(results["float16"] / results["float32"], 3)}))
 
 

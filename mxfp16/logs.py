@@ -15,6 +15,8 @@ import time
 import mxnet as mx
 from tqdm import tqdm
 
+from .loss_scaling import LossScaleCollapse
+
 #: Logger of every mxfp16 module; :func:`run_logging` attaches the handlers here.
 LOGGER_NAME = "mxfp16"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -269,3 +271,42 @@ def summary_line(network, dtype, api, record, top_k):
             f"{_value(record.get('top1'))}, top-{top_k} {_value(record.get('topk'))}, "
             f"{record.get('img_per_sec', 0.0):.1f} img/s, loss scale "
             f"{record.get('loss_scale', 1.0):g}, {record.get('num_skipped', 0)} skipped steps")
+
+
+def run_job(parser, config_type, job, argv=None):
+    """The body of a training script: parse, check, log, run; return the exit code.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The script's parser (its usage errors exit 2 with one line).
+    config_type : type
+        A config dataclass (:class:`mxfp16.config.TrainConfig` or ``FineTuneConfig``) built from the
+        parsed flags and checked with its ``checked()``.
+    job : callable
+        ``job(config, metrics_path=...) -> record``, the run itself (``mxfp16.training.train``,
+        ``mxfp16.finetune.fine_tune``).
+    argv : list of str or None
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 after printing the one-line summary; 2 after printing one ``error: ...`` line for bad
+        input, a failed checkpoint or a collapsed loss scale; argparse's code for ``--help``.
+    """
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # --help, or a usage error already printed
+        return exit_request.code
+    try:
+        config = config_type(**vars(args)).checked()
+        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
+        with run_logging(log_file):
+            record = job(config, metrics_path=metrics_path)
+    except (ValueError, OSError, LossScaleCollapse) as error:
+        print(error_line(error), file=sys.stderr)
+        return 2
+    name = getattr(config, "pretrained_model", None) or config.network
+    print(summary_line(name, config.dtype, config.api, record, config.top_k))
+    return 0

@@ -12,10 +12,9 @@ input prints one "error: ..." line and exits with code 2.
 """
 import sys
 
-from mxfp16 import LossScaleCollapse
 from mxfp16.config import ArgumentParser, FineTuneConfig, add_fine_tune_arguments
 from mxfp16.finetune import fine_tune
-from mxfp16.logs import error_line, run_files, run_logging, summary_line
+from mxfp16.logs import run_job
 
 
 def get_args_parser():
@@ -25,21 +24,7 @@ def get_args_parser():
 
 def main(argv=None):
     """Run the script; return the exit code (0, or 2 on a user error)."""
-    try:
-        args = get_args_parser().parse_args(argv)
-    except SystemExit as exit_request:  # --help, or a usage error already printed
-        return exit_request.code
-    try:
-        config = FineTuneConfig(**vars(args)).checked()
-        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
-        with run_logging(log_file):
-            record = fine_tune(config, metrics_path=metrics_path)
-    except (ValueError, OSError, LossScaleCollapse) as error:
-        print(error_line(error), file=sys.stderr)
-        return 2
-    name = config.pretrained_model or config.network
-    print(summary_line(name, config.dtype, config.api, record, config.top_k))
-    return 0
+    return run_job(get_args_parser(), FineTuneConfig, fine_tune, argv)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ checkpoints) prints one "error: ..." line and exits with code 2.
 """
 import sys
 
-from mxfp16 import LossScaleCollapse
 from mxfp16.config import ArgumentParser, TrainConfig, add_train_arguments
-from mxfp16.logs import error_line, run_files, run_logging, summary_line
+from mxfp16.logs import run_job
 from mxfp16.training import train
 
 
@@ -25,20 +24,7 @@ def get_args_parser():
 
 def main(argv=None):
     """Run the script; return the exit code (0, or 2 on a user error)."""
-    try:
-        args = get_args_parser().parse_args(argv)
-    except SystemExit as exit_request:  # --help, or a usage error already printed
-        return exit_request.code
-    try:
-        config = TrainConfig(**vars(args)).checked()
-        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
-        with run_logging(log_file):
-            record = train(config, metrics_path=metrics_path)
-    except (ValueError, OSError, LossScaleCollapse) as error:
-        print(error_line(error), file=sys.stderr)
-        return 2
-    print(summary_line(config.network, config.dtype, config.api, record, config.top_k))
-    return 0
+    return run_job(get_args_parser(), TrainConfig, train, argv)
 
 
 if __name__ == "__main__":
