@@ -24,7 +24,8 @@ from mxnet.gluon import nn
 
 import mxfp16
 from bench_common import (DEFAULT_OUT_DIR, command_line, digits_split, header_lines, machine_info,
-                          markdown_table, mean_std, new_figure, save_figure, write_results)
+                          markdown_table, mean_std, new_figure, parse_config, require_positive,
+                          save_figure, write_results)
 
 #: Mode name -> (training dtype, loss scale as mxfp16.make_loss_scaler takes it; 1 disables it).
 MODES = {
@@ -166,9 +167,7 @@ def make_config(args):
     if unknown or not modes:
         raise ValueError(f"--modes {args.modes!r}: unknown mode(s) {unknown}; choose among "
                          f"{', '.join(MODES)}")
-    for name in ("seeds", "epochs", "batch_size"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(args, ("seeds", "epochs", "batch_size"))
     seeds, epochs = (1, 2) if args.quick else (args.seeds, args.epochs)
     return Config(seeds, epochs, args.batch_size, args.lr, args.momentum, args.wd, modes,
                   args.out_dir)
@@ -176,11 +175,9 @@ def make_config(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        config = make_config(get_args_parser().parse_args(argv))
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    config, failed = parse_config(get_args_parser(), make_config, argv)
+    if failed:
+        return failed
     train_data, test_data = digits_split()
     runs = [run_one(mode, seed, config, train_data, test_data)
             for seed in range(config.seeds) for mode in config.modes]

@@ -7,6 +7,7 @@ The scripts import it as a sibling module (``python benchmarks/<name>.py`` puts 
 import datetime
 import json
 import os
+import sys
 import platform
 import shlex
 import statistics
@@ -129,3 +130,25 @@ def save_figure(fig, path):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def parse_config(parser, make_config, argv):
+    """``(config, None)`` from the flags, or ``(None, 2)`` after one ``error: ...`` line on stderr."""
+    try:
+        return make_config(parser.parse_args(argv)), None
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None, 2
+
+
+def publish(out_dir, name, text, record, extra=""):
+    """Write ``<name>.md`` and ``.json`` and print the table with the files written."""
+    write_results(out_dir, name, text, record)
+    print(text + f"\nwrote {out_dir}/{name}.md{extra or ' and .json'}")
+
+
+def require_positive(args, names):
+    """Raise ``ValueError`` naming the first flag of ``names`` below 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -21,7 +21,7 @@ from mxnet.contrib import amp
 
 import mxfp16
 from bench_common import (DEFAULT_OUT_DIR, command_line, header_lines, machine_info,
-                          markdown_table, write_results)
+                          markdown_table, publish)
 from mxfp16.models import get_network
 
 NAME = "cast_time"
@@ -115,8 +115,7 @@ def main(argv=None):
                          "repeats": args.repeats}, "float32_graph_ops": baseline_ops,
               "results": rows}
     text = header_lines(record) + f"Network: {args.network}\n\n" + markdown(rows, baseline_ops)
-    write_results(args.out_dir, NAME, text, record)
-    print(text + f"\nwrote {args.out_dir}/{NAME}.md and .json")
+    publish(args.out_dir, NAME, text, record)
     return 0
 
 

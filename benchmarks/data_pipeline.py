@@ -29,7 +29,8 @@ import mxnet as mx
 import numpy as np
 
 from bench_common import (DEFAULT_OUT_DIR, command_line, header_lines, machine_info,
-                          markdown_table, parse_image_shape, write_results)
+                          markdown_table, parse_config, parse_image_shape, publish,
+                          require_positive)
 from mxfp16 import data as mxdata
 from mxfp16.prepare import prepare_dataset
 
@@ -147,9 +148,7 @@ def make_config(args):
     if args.quick:
         args.num_images, args.image_size, args.image_shape = 16, 64, "3,32,32"
         args.batch_size, args.num_threads, args.epochs, args.repeats = 4, 1, 1, 1
-    for name in ("num_images", "image_size", "batch_size", "num_threads", "epochs", "repeats"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(args, ("num_images", "image_size", "batch_size", "num_threads", "epochs", "repeats"))
     if args.num_images < 8:
         raise ValueError(f"--num-images must be >= 8 (2 per class and split), got {args.num_images}")
     args.image_shape = parse_image_shape(args.image_shape)
@@ -158,11 +157,9 @@ def make_config(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        config = make_config(get_args_parser().parse_args(argv))
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    config, failed = parse_config(get_args_parser(), make_config, argv)
+    if failed:
+        return failed
     with tempfile.TemporaryDirectory(prefix="mxfp16-data-bench-") as work:
         images = write_images(os.path.join(work, "images"), config.num_images, config.image_size)
         prepared = prepare_dataset(images, os.path.join(work, "rec"), train_ratio=0.5)
@@ -175,8 +172,7 @@ def main(argv=None):
     text = (header_lines(record) + f"{prepared.num_train} train + {prepared.num_val} val JPEGs of "
             f"{config.image_size}x{config.image_size} pixels, input {config.image_shape}, batch "
             f"{config.batch_size}, {config.num_threads} decoding threads\n\n" + markdown(results))
-    write_results(config.out_dir, NAME, text, record)
-    print(text + f"\nwrote {config.out_dir}/{NAME}.md and .json")
+    publish(config.out_dir, NAME, text, record)
     return 0
 
 

@@ -43,7 +43,8 @@ from mxnet.gluon import nn
 
 import mxfp16
 from bench_common import (DEFAULT_OUT_DIR, command_line, digits_split, header_lines, machine_info,
-                          markdown_table, mean_std, new_figure, save_figure, write_results)
+                          markdown_table, mean_std, new_figure, parse_config, require_positive,
+                          save_figure, write_results)
 
 #: Mode name -> (training dtype, loss scale as mxfp16.make_loss_scaler takes it; 1 disables it).
 MODES = {
@@ -216,9 +217,7 @@ def parse_factors(text):
 
 
 def make_config(args):
-    for name in ("seeds", "steps", "batch_size", "hidden", "probe_every"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(args, ("seeds", "steps", "batch_size", "hidden", "probe_every"))
     factors = parse_factors(args.log2_factors)
     seeds, steps = args.seeds, args.steps
     if args.quick:
@@ -229,11 +228,9 @@ def make_config(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        config = make_config(get_args_parser().parse_args(argv))
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    config, failed = parse_config(get_args_parser(), make_config, argv)
+    if failed:
+        return failed
     train_data, test_data = digits_split()
     runs = [run_one(mode, k, seed, config, train_data, test_data)
             for k in config.log2_factors for seed in range(config.seeds) for mode in MODES]

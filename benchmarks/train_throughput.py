@@ -32,7 +32,8 @@ from mxnet import autograd, gluon
 
 import mxfp16
 from bench_common import (DEFAULT_OUT_DIR, command_line, header_lines, machine_info,
-                          markdown_table, parse_image_shape, write_results)
+                          markdown_table, parse_config, parse_image_shape, publish,
+                          require_positive)
 from mxfp16.models import get_network
 
 NAME = "train_throughput"
@@ -169,9 +170,7 @@ def make_config(args):
     if args.quick:
         args.network, args.batch_size, args.image_shape = "resnet18_v1", 2, "3,32,32"
         args.num_classes, args.steps, args.warmup = 10, 2, 1
-    for name in ("batch_size", "num_classes", "steps", "script_timeout"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    require_positive(args, ("batch_size", "num_classes", "steps", "script_timeout"))
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
@@ -184,11 +183,9 @@ def make_config(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        config = make_config(get_args_parser().parse_args(argv))
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    config, failed = parse_config(get_args_parser(), make_config, argv)
+    if failed:
+        return failed
     rows = add_ratios([measure(config, dtype) for dtype in config.dtypes])
     settings = {key: value for key, value in vars(config).items() if key != "out_dir"}
     record = {"benchmark": NAME, "command": command_line(NAME, argv), "machine": machine_info(),
@@ -197,8 +194,7 @@ def main(argv=None):
             f"{config.image_shape}; steady: median of {config.steps} steps after {config.warmup}; "
             f"all steps: mean over all {config.warmup + config.steps}\n\n"
             + markdown(rows))
-    write_results(config.out_dir, NAME, text, record)
-    print(text + f"\nwrote {config.out_dir}/{NAME}.md and .json")
+    publish(config.out_dir, NAME, text, record)
     return 0
 
 
