@@ -186,15 +186,18 @@ def load():
 
 
 def wanted():
-    """Whether emulation should use the fused operator: yes unless ``MXFP16_FASTROUND=0``.
+    """Whether emulation should use the fused operator: unless ``MXFP16_FASTROUND=0``, and only
+    where MXNet sees no GPU (the operator has a CPU kernel only; a graph emulated on a GPU machine,
+    ``emulate=True``, may be bound to a GPU and keeps the ``Cast`` pair).
 
     Examples
     --------
     >>> import os
-    >>> wanted() == (os.environ.get("MXFP16_FASTROUND", "1") != "0")
+    >>> import mxnet as mx
+    >>> wanted() == (os.environ.get("MXFP16_FASTROUND", "1") != "0" and mx.context.num_gpus() == 0)
     True
     """
-    return os.environ.get("MXFP16_FASTROUND", "1") != "0"
+    return os.environ.get("MXFP16_FASTROUND", "1") != "0" and mx.context.num_gpus() == 0
 
 
 def available():
