@@ -294,3 +294,38 @@ def test_cast_symbol_of_gluon_exports_binds_and_trains_with_module(name, tmp_pat
     mod.forward_backward(mx.io.DataBatch([mx.nd.ones((1, 3, size, size))], [mx.nd.ones(1)]))
     out = mod.get_outputs()[0].asnumpy()
     assert out.shape == (1, 10) and np.isfinite(out).all()
+
+
+def symbol_api_net():
+    """A graph written with the Symbol API the way MXNet's example symbols are: LRN (which MXNet's
+    AMP lists keep in float32) between convolutions, an inception-style Concat, Dropout."""
+    data = mx.sym.var("data")
+    net = mx.sym.Convolution(data, num_filter=16, kernel=(3, 3), pad=(1, 1), name="conv1")
+    net = mx.sym.Activation(net, act_type="relu")
+    net = mx.sym.LRN(net, alpha=1e-4, beta=0.75, knorm=2, nsize=5, name="lrn1")
+    branches = [mx.sym.Convolution(net, num_filter=8, kernel=(1, 1), name="branch1"),
+                mx.sym.Pooling(net, kernel=(3, 3), stride=(1, 1), pad=(1, 1), pool_type="max")]
+    net = mx.sym.Concat(*branches, name="concat")
+    net = mx.sym.BatchNorm(net, fix_gamma=False, eps=2e-5, name="bn1")
+    net = mx.sym.Pooling(net, global_pool=True, kernel=(7, 7), pool_type="avg")
+    net = mx.sym.Dropout(mx.sym.Flatten(net), p=0.5)
+    net = mx.sym.FullyConnected(net, num_hidden=4, name="fc")
+    return mx.sym.SoftmaxOutput(net, name="softmax")
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_float32_ops_inside_the_graph_get_casts_both_ways(emulate):
+    cast = mxfp16.cast_symbol(symbol_api_net(), "float16", emulate=emulate)
+    internals = cast.get_internals()
+    _, out_types, _ = internals.infer_type(data="float32")
+    types = {n: np.dtype(t).name for n, t in zip(internals.list_outputs(), out_types)}
+    assert types["lrn1_output"] == "float32"
+    assert argument_types(cast)["branch1_weight"] == "float16"
+    if not emulate:  # the GPU graph: float16 into the branch conv again, and into the concat
+        assert types["branch1_output"] == types["concat_output"] == "float16"
+        return
+    mod = mx.mod.Module(cast, context=mx.cpu())
+    mod.bind(data_shapes=[("data", (2, 3, 8, 8))], label_shapes=[("softmax_label", (2,))])
+    mod.init_params(mx.init.Xavier())
+    mod.forward_backward(mx.io.DataBatch([mx.nd.ones((2, 3, 8, 8))], [mx.nd.array([0, 3])]))
+    assert np.isfinite(mod.get_outputs()[0].asnumpy()).all()
