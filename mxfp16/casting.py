@@ -62,7 +62,7 @@ def _mark_new_casts(sym, before):
 
 def _outputs_to_float32(sym, data_names):
     """Cast every output that is not float32 (as inferred with float32 data) to float32."""
-    types = internal_dtypes(sym, {name: "float32" for name in data_names})
+    types = internal_dtypes(sym, data_names)
     rw = GraphRewriter(sym, drop_inserted=False)
     for old_id, node in rw.nodes_in_order():
         rw.copy(old_id, node)
@@ -153,7 +153,7 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
         _cast_with_amp(sym, dtype, data_names)
     if not resolve_emulate(emulate, dtype):
         return gpu
-    plan = internal_dtypes(gpu, {name: "float32" for name in data_names})
+    plan = internal_dtypes(gpu, data_names)
     return emulate_float16(sym, plan, data_names)
 
 
@@ -228,7 +228,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     inputs, outputs = _block_graph(block, input_names)
     data_names = [s.name for s in inputs]
     sym = cast_symbol(outputs, dtype, emulate=emulate, mode=mode, data_names=data_names)
-    types = internal_dtypes(sym, {name: "float32" for name in data_names})
+    types = internal_dtypes(sym, data_names)
     params = block.collect_params()
     for name, param in params.items():
         if name in types and np.dtype(param.dtype) != np.dtype(types[name]):
@@ -279,7 +279,7 @@ def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=N
     'float16'
     """
     data_names = tuple(data_names)
-    types = internal_dtypes(sym, {name: "float32" for name in data_names})
+    types = internal_dtypes(sym, data_names)
     inputs = set(data_names) | set(label_names if label_names is not None else
                                    [n for n in sym.list_arguments() if n.endswith("label")])
     converted = []

@@ -173,15 +173,25 @@ def internal_dtypes(sym, input_dtypes):
     Parameters
     ----------
     sym : mx.sym.Symbol
-    input_dtypes : dict of str to str
-        Known input dtypes, e.g. ``{'data': 'float32'}``.
+    input_dtypes : dict of str to str, or sequence of str
+        Known input dtypes, e.g. ``{'data': 'float16'}``; a sequence of input names means they are
+        all float32 (data as an iterator yields it).
 
     Returns
     -------
     dict of str to str
         ``{'conv0_output': 'float16', 'conv0_weight': 'float16', ...}``; types MXNet cannot infer are
         left out.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
+    >>> internal_dtypes(fc, ['data'])['fc_output']
+    'float32'
     """
+    if not isinstance(input_dtypes, dict):
+        input_dtypes = {name: "float32" for name in input_dtypes}
     internals = sym.get_internals()
     _, out_types, _ = internals.infer_type_partial(**input_dtypes)
     arg_types, _, aux_types = sym.infer_type_partial(**input_dtypes)

@@ -46,7 +46,7 @@ def precision_map(original, cast, data_names=("data",)):
     >>> report['casts']
     {'inserted': 2, 'to_float16': 1, 'to_float32': 1}
     """
-    dtypes = internal_dtypes(cast, {name: "float32" for name in data_names})
+    dtypes = internal_dtypes(cast, data_names)
     nodes = [node for node in graph_nodes(cast) if node["op"] != "null"]
     layers = [{"name": node["name"], "op": node["op"], "dtype": _output_dtype(dtypes, node["name"])}
               for node in nodes if node["op"] not in CAST_OPS]

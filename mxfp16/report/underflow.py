@@ -186,7 +186,7 @@ def probed_network(net, data_name="data"):
     (1, True, 'float16')
     """
     gpu = cast_symbol(net(mx.sym.var(data_name)), "float16", emulate=False, data_names=[data_name])
-    dtypes = internal_dtypes(gpu, {data_name: "float32"})
+    dtypes = internal_dtypes(gpu, [data_name])
     emulated = cast_block(net, "float16", emulate=True, input_names=[data_name])
     sym, probes, outputs = add_gradient_probes(emulated(mx.sym.var(data_name)), dtypes)
     inputs = [mx.sym.var(name, dtype="float32") for name in [data_name] + probes]
