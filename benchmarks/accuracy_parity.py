@@ -23,9 +23,9 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from bench_common import (DEFAULT_OUT_DIR, command_line, digits_split, header_lines, machine_info,
-                          markdown_table, mean_std, new_figure, parse_config, require_positive,
-                          save_figure, write_results)
+from bench_common import (add_output_arguments, command_line, digits_split, header_lines,
+                          machine_info, markdown_table, mean_std, new_figure, parse_config,
+                          require_positive, save_figure, write_results)
 
 #: Mode name -> (training dtype, loss scale as mxfp16.make_loss_scaler takes it; 1 disables it).
 MODES = {
@@ -154,11 +154,8 @@ def get_args_parser():
     parser.add_argument("--wd", type=float, default=1e-4, help="weight decay (default: 1e-4)")
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated subset of {', '.join(MODES)} (default: all)")
-    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
-                        help="where the .md, .json and .png go (default: benchmarks/results)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 seed, 2 epochs (default: off)")
-    return parser
+    return add_output_arguments(parser, "the .md, .json and .png",
+                                "1 seed, 2 epochs")
 
 
 def make_config(args):

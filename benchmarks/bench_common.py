@@ -152,3 +152,20 @@ def require_positive(args, names):
     for name in names:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+
+
+def add_output_arguments(parser, outputs, quick):
+    """The ``--out-dir`` and ``--quick`` flags every benchmark has.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    outputs : str
+        What goes to ``--out-dir``, for the help text (e.g. "the .md and .json").
+    quick : str
+        What ``--quick`` shrinks the run to, for the help text.
+    """
+    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
+                        help=f"where {outputs} go (default: benchmarks/results)")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick} (default: off)")
+    return parser

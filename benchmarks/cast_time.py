@@ -20,7 +20,7 @@ import mxnet as mx
 from mxnet.contrib import amp
 
 import mxfp16
-from bench_common import (DEFAULT_OUT_DIR, command_line, header_lines, machine_info,
+from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, publish)
 from mxfp16.models import get_network
 
@@ -89,11 +89,8 @@ def get_args_parser():
     parser.add_argument("--network", default="resnet50_v1", help="(default: resnet50_v1)")
     parser.add_argument("--num-classes", type=int, default=1000, help="(default: 1000)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs each (default: 5)")
-    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
-                        help="where the .md and .json go (default: benchmarks/results)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: resnet18_v1, 10 classes, 1 repeat (default: off)")
-    return parser
+    return add_output_arguments(parser, "the .md and .json",
+                                "resnet18_v1, 10 classes, 1 repeat")
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from bench_common import (DEFAULT_OUT_DIR, command_line, header_lines, machine_info,
+from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, parse_image_shape, publish,
                           require_positive)
 from mxfp16 import data as mxdata
@@ -136,12 +136,9 @@ def get_args_parser():
                         help="timed epochs per measurement (default: 2)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="alternating measurements per iterator (default: 3)")
-    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
-                        help="where the .md and .json go (default: benchmarks/results)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 16 images of 64 pixels, input 3,32,32, batch 4, 1 thread, "
-                             "1 epoch, 1 repeat (default: off)")
-    return parser
+    return add_output_arguments(parser, "the .md and .json",
+                                "16 images of 64 pixels, input 3,32,32, batch 4, 1 thread, "
+                                "1 epoch, 1 repeat")
 
 
 def make_config(args):

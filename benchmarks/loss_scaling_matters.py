@@ -42,9 +42,9 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from bench_common import (DEFAULT_OUT_DIR, command_line, digits_split, header_lines, machine_info,
-                          markdown_table, mean_std, new_figure, parse_config, require_positive,
-                          save_figure, write_results)
+from bench_common import (add_output_arguments, command_line, digits_split, header_lines,
+                          machine_info, markdown_table, mean_std, new_figure, parse_config,
+                          require_positive, save_figure, write_results)
 
 #: Mode name -> (training dtype, loss scale as mxfp16.make_loss_scaler takes it; 1 disables it).
 MODES = {
@@ -198,11 +198,8 @@ def get_args_parser():
     parser.add_argument("--momentum", type=float, default=0.9, help="(default: 0.9)")
     parser.add_argument("--probe-every", type=int, default=10,
                         help="steps between zero-gradient counts (default: 10)")
-    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
-                        help="where the .md, .json and .png go (default: benchmarks/results)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: factor 2^-20 only, 1 seed, 40 steps (default: off)")
-    return parser
+    return add_output_arguments(parser, "the .md, .json and .png",
+                                "factor 2^-20 only, 1 seed, 40 steps")
 
 
 def parse_factors(text):

@@ -31,7 +31,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxfp16
-from bench_common import (DEFAULT_OUT_DIR, command_line, header_lines, machine_info,
+from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, parse_image_shape, publish,
                           require_positive)
 from mxfp16.models import get_network
@@ -158,12 +158,8 @@ def get_args_parser():
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (default: 3)")
     parser.add_argument("--script-timeout", type=int, default=3600,
                         help="seconds before a train_imagenet.py run is given up (default: 3600)")
-    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
-                        help="where the .md and .json go (default: benchmarks/results)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: resnet18_v1, batch 2, input 3,32,32, 10 classes, 2 steps "
-                             "after 1 (default: off)")
-    return parser
+    return add_output_arguments(parser, "the .md and .json",
+                                "resnet18_v1, batch 2, input 3,32,32, 10 classes, 2 steps after 1")
 
 
 def make_config(args):
