@@ -11,6 +11,7 @@ from mxnet import gluon
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
+from . import mxnet_internals
 from .dtypes import FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode
 from .emulation import emulate_float16, resolve_emulate
 from .graph import (MARK, GraphRewriter, internal_dtypes, node_dtype, strip,
@@ -160,8 +161,7 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
 def _block_graph(block, input_names):
     """The block's graph as ``(input symbols, output symbol)``."""
     if isinstance(block, gluon.SymbolBlock):
-        # A SymbolBlock keeps its graph here and offers no public accessor for it.
-        inputs, outputs = block._cached_graph
+        inputs, outputs = mxnet_internals.symbol_block_graph(block)
         return list(inputs), outputs
     inputs = [mx.sym.var(name) for name in input_names]
     outputs = block(*inputs)

@@ -119,53 +119,6 @@ class ProcessSpec:
         return f"{self.role} {self.index}"
 
 
-def sync_initial_weights(trainer):
-    """Give every worker rank 0's weights now, before the first step of a distributed Trainer.
-
-    Call it once after creating the Trainer (e.g. with :func:`mxfp16.make_trainer` and
-    ``kvstore=mx.kv.create('dist_sync')``) and before the first ``scaler.step`` / ``trainer.step``.
-    Otherwise the Trainer broadcasts the weights lazily inside its first gradient exchange, and
-    MXNet 1.9's dist kvstore does not order that broadcast's pull before the first gradient push of
-    CPU arrays (``KVStoreDist`` swaps its communication buffer for the gradient array), so a worker
-    may receive the summed first gradients as its weights (tests/test_distributed.py's job without
-    this call: workers diverged in 1 run of 12 on an idle machine, 2 of 3 under load).  With any
-    other kvstore this only creates the Trainer's kvstore.
-
-    Parameters
-    ----------
-    trainer : gluon.Trainer
-        Its parameters initialized, none deferred.
-
-    Raises
-    ------
-    RuntimeError
-        If, with a distributed kvstore, a parameter still waits for its shape (deferred
-        initialization).
-
-    Examples
-    --------
-    >>> import mxnet as mx
-    >>> net = mx.gluon.nn.Dense(2, in_units=3)
-    >>> net.initialize()
-    >>> trainer = mx.gluon.Trainer(net.collect_params(), 'sgd', kvstore='local')
-    >>> sync_initial_weights(trainer)
-    """
-    # The Trainer has no public way to set up its kvstore without exchanging gradients; these are
-    # the calls its own step() makes first.
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
-    if trainer._params_to_init:
-        trainer._init_params()
-    if trainer._params_to_init:
-        names = ", ".join(param.name for param in trainer._params_to_init)
-        raise RuntimeError(f"parameters {names} have no shape yet (deferred initialization): run "
-                           "one forward pass, or give the layers their input sizes (in_units=, "
-                           "in_channels=), before sync_initial_weights")
-    for param in trainer._params:
-        for array in param.list_data():
-            array.wait_to_read()  # the broadcast's pull has landed
-
-
 def dmlc_env(role, num_workers, num_servers, root_uri, root_port, node_host=None, task_id=None):
     """The DMLC variables that make a process a scheduler, server or worker of one job.
 

@@ -9,7 +9,8 @@ import math
 
 import mxnet as mx
 
-from .distributed import sync_initial_weights
+from . import mxnet_internals
+from .kvstore import sync_initial_weights
 
 #: Gradients checked per ``multi_all_finite`` call (one fused kernel per chunk).
 _FINITE_CHECK_CHUNK = 128
@@ -23,15 +24,15 @@ def _first_step_setup(trainer):
     """Before a Trainer's first gradient exchange, give every worker rank 0's weights.
 
     Left to the Trainer, a distributed kvstore may hand a worker the first summed gradients as its
-    weights (see :func:`mxfp16.distributed.sync_initial_weights`).
+    weights (see :func:`mxfp16.kvstore.sync_initial_weights`).
     """
-    if not trainer._kv_initialized:  # the Trainer's own first-step flag
+    if not mxnet_internals.trainer_kvstore_ready(trainer):
         sync_initial_weights(trainer)
 
 
 def _trainer_grads(trainer):
     """Every gradient array of a Trainer's parameters: ``[[param0 on dev0, on dev1, ...], ...]``."""
-    return [param.list_grad() for param in trainer._params if param.grad_req != "null"]
+    return [param.list_grad() for param in mxnet_internals.trainer_params(trainer) if param.grad_req != "null"]
 
 
 def all_finite(arrays):

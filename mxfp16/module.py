@@ -17,6 +17,7 @@ import os
 import mxnet as mx
 import numpy as np
 
+from . import mxnet_internals
 from .dtypes import GRAD_SCALE_HEADS
 from .loss_scaling import all_finite
 from .optimizers import rescale_grad
@@ -126,9 +127,7 @@ def init_optimizer(module, optimizer, kvstore="local"):
 
 def _grad_arrays(module):
     """Gradient arrays of a Module's parameters, on every device."""
-    current = getattr(module, "_curr_module", module)
-    # Module has no public accessor for parameter gradients; its own update() reads these.
-    return [g for grads in current._exec_group.grad_arrays for g in grads if g is not None]
+    return mxnet_internals.module_grad_arrays(module)
 
 
 def _sum_cannot_overflow(arrays, num_workers):

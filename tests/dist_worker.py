@@ -17,7 +17,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from mxfp16 import distributed
+from mxfp16 import kvstore
 
 NUM_SAMPLES, NUM_FEATURES = 512, 8
 BATCH_SIZE = 16  # per worker
@@ -77,7 +77,7 @@ def main(out_dir):
     net = make_net(kv.rank)
     trainer = mxfp16.make_trainer(net.collect_params(), "sgd", "float16", kvstore=kv,
                                   learning_rate=0.5, momentum=0.9)
-    distributed.sync_initial_weights(trainer)
+    kvstore.sync_initial_weights(trainer)
     scaler = mxfp16.DynamicLossScaler(init_scale=2.0 ** 8, growth_interval=10)
     record = {"losses": [], "skipped": [], "local_grads": [], "aggregated_grads": []}
     train(net, trainer, scaler, shard_x, shard_y, kv, record)

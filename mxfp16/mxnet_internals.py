@@ -1,0 +1,79 @@
+"""Every access mxfp16 makes to MXNet's private attributes, in one place.
+
+MXNet 1.9 offers no public accessor for these; each function names the attribute it reads, why
+mxfp16 needs it, and the MXNet versions it was checked against (:data:`CHECKED_MXNET_VERSIONS`).
+When MXNet changes one of them, this module is the only one to update.
+"""
+#: MXNet releases whose private attributes below were read and tested.
+CHECKED_MXNET_VERSIONS = ("1.9.1",)
+
+
+def symbol_block_graph(block):
+    """``(inputs, outputs)`` symbols of a ``gluon.SymbolBlock`` (``block._cached_graph``).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> data = mx.sym.var('data')
+    >>> block = mx.gluon.SymbolBlock(mx.sym.relu(data, name='r'), [data])
+    >>> inputs, outputs = symbol_block_graph(block)
+    >>> [s.name for s in inputs], outputs.name
+    (['data'], 'r')
+    """
+    return block._cached_graph
+
+
+def trainer_params(trainer):
+    """The Parameters a ``gluon.Trainer`` updates, in its order (``trainer._params``)."""
+    return trainer._params
+
+
+def trainer_kvstore_ready(trainer):
+    """Whether a Trainer has set up its kvstore (``trainer._kv_initialized``): its first gradient
+    exchange has happened, or :func:`init_trainer_kvstore` ran."""
+    return trainer._kv_initialized
+
+
+def init_trainer_kvstore(trainer):
+    """Set up a Trainer's kvstore and its parameters' initial values on it, the calls its own
+    first ``step()`` makes (``_init_kvstore``, ``_init_params``).
+
+    Returns
+    -------
+    list of Parameter
+        Parameters still waiting for a shape (deferred initialization); empty when all are ready.
+    """
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    return list(trainer._params_to_init)
+
+
+def trainer_updates_on_kvstore(trainer):
+    """Whether a Trainer, once set up, updates the weights on its kvstore
+    (``trainer._update_on_kvstore``): then ``allreduce_grads`` and ``update`` are not allowed."""
+    return bool(trainer._update_on_kvstore)
+
+
+def current_module(module):
+    """The ``Module`` a ``BucketingModule`` runs now (``module._curr_module``); a plain Module as is.
+
+    It is the one that can save and load the optimizer state, which all buckets share."""
+    return getattr(module, "_curr_module", module)
+
+
+def module_grad_arrays(module):
+    """A Module's parameter gradients on every device (``_exec_group.grad_arrays``), the arrays its
+    own ``update()`` reads; None entries (``grad_req='null'``) left out."""
+    current = current_module(module)
+    return [g for grads in current._exec_group.grad_arrays for g in grads if g is not None]
+
+
+def refresh_module_params(module):
+    """Make the next ``module.get_params()`` copy the values from the devices.
+
+    Module re-reads the devices only after an update (``_params_dirty``); a skipped step still moved
+    the BatchNorm statistics, and Module offers no public way to ask for a fresh copy."""
+    module._params_dirty = True
+
