@@ -1,0 +1,75 @@
+"""``python -m mxfp16.doctor``: is this machine ready for a long float16 job?
+
+It reports the versions and MXNet's build features, the GPUs (compute capability, Tensor Cores for
+float16 and bfloat16), the CPU's instruction sets for bfloat16 and float16 emulation, the float16
+mode ``mxfp16.cast_block`` will use, the environment variables that change float16 numerics or
+speed, and the problems found, each with its fix; ``--json`` for tools, ``--bench`` for a few
+seconds of GEMM timing.  It never fails for want of a GPU or of nvidia-smi.
+
+Layout: :mod:`.probe` reads the machine, :mod:`.rules` judges a report (pure functions),
+:mod:`.render` prints it, :mod:`.bench` times GEMMs and :mod:`.__main__` is the command line.
+:func:`diagnose` ties them together and takes every input of the machine as an argument, so tests
+fake GPUs, drivers and build features.
+"""
+import os
+
+from .envvars import ENV_VARS, read_env
+from .probe import (cuda_version, float16_mode, merge_gpus, parse_nvidia_smi, read_cpu,
+                    read_features, read_mxnet_gpus, read_versions, run_nvidia_smi)
+from .rules import bfloat16_native, find_problems
+
+__all__ = ["diagnose", "ENV_VARS"]
+
+
+def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_gpus=None,
+             versions=None):
+    """Gather the facts of this machine and the problems they show.
+
+    Every argument left at ``None`` is read from the machine.
+
+    Parameters
+    ----------
+    environ : mapping of str to str, optional
+        The environment (default ``os.environ``).
+    features : dict of str to bool, optional
+        MXNet's build features (default ``mx.runtime.Features()``).
+    cpuinfo : str, optional
+        The text of /proc/cpuinfo.
+    nvidia_smi : str, optional
+        The output of ``nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version
+        --format=csv,noheader``; ``''`` for a machine without it.
+    mxnet_gpus : list of dict, optional
+        The GPUs MXNet sees, as :func:`mxfp16.doctor.probe.read_mxnet_gpus` gives them.
+    versions : dict, optional
+        As :func:`mxfp16.doctor.probe.read_versions` gives them.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``mxnet_version``, ``mxnet_distribution``, ``numpy_version``,
+        ``gluoncv_version``, ``mxfp16_version``, ``python_version``, ``cuda_build``, ``features``,
+        ``nvidia_driver``, ``gpus``, ``cpu``, ``env``, ``float16_mode``, ``bfloat16_native`` and
+        ``warnings``.
+
+    Examples
+    --------
+    >>> report = diagnose(environ={}, nvidia_smi="", mxnet_gpus=[])
+    >>> report["gpus"], report["env"]["MXNET_SAFE_ACCUMULATION"], report["nvidia_driver"]
+    ([], None, None)
+    >>> report["float16_mode"] in ("gpu", "cpu-emulation")
+    True
+    """
+    environ = os.environ if environ is None else environ
+    report = dict(read_versions() if versions is None else versions)
+    report["cuda_build"] = cuda_version(report["mxnet_distribution"])
+    report["features"] = read_features() if features is None else dict(features)
+    smi_gpus = parse_nvidia_smi(run_nvidia_smi() if nvidia_smi is None else nvidia_smi)
+    report["nvidia_driver"] = smi_gpus[0]["driver_version"] if smi_gpus else None
+    mxnet_gpus = read_mxnet_gpus() if mxnet_gpus is None else mxnet_gpus
+    report["gpus"] = merge_gpus(mxnet_gpus, smi_gpus)
+    report["cpu"] = read_cpu(cpuinfo)
+    report["env"] = read_env(environ)
+    report["float16_mode"] = float16_mode()
+    report["bfloat16_native"] = bfloat16_native(report["cpu"], report["features"], report["env"])
+    report["warnings"] = find_problems(report)
+    return report
