@@ -25,6 +25,7 @@ setup(
         # The MXNet build is the user's choice: CPU, or CUDA 11.2 for GPUs.
         "cpu": ["mxnet==1.9.1"],
         "cu112": ["mxnet-cu112==1.9.1"],
-        "test": ["pytest>=6", "scikit-learn>=0.24"],
+        # The linters are pinned: tests/test_lint.py runs them, and a new rule must not fail CI.
+        "test": ["pytest>=6", "scikit-learn>=0.24", "ruff==0.17.6", "import-linter==2.16"],
     },
 )

@@ -1,8 +1,8 @@
-"""Throughput of the RecordIO input pipeline: mxfp16.data.record_iter against a raw
+"""Throughput of the RecordIO input pipeline: mxfp16.train.data.record_iter against a raw
 mx.io.ImageRecordIter with the same settings, for training and for validation.
 
 The benchmark writes --num-images JPEG files (--image-size pixels square, 4 classes of coloured noise)
-into a temporary folder, packs them with ``mxfp16.prepare.prepare_dataset`` (half for training, half
+into a temporary folder, packs them with ``mxfp16.train.prepare.prepare_dataset`` (half for training, half
 for validation) and reads each .rec file with both iterators: training with the standard ImageNet
 augmentation (random resized crop, mirror, colour jitter), validation with the resize and centre
 crop.  The raw iterator gets exactly the arguments ``record_iter`` passes to MXNet, so the difference
@@ -31,8 +31,9 @@ import numpy as np
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, parse_image_shape, publish,
                           require_positive)
-from mxfp16 import data as mxdata
-from mxfp16.prepare import prepare_dataset
+from mxfp16.train.data import base as mxdata
+from mxfp16.train.data import recordio
+from mxfp16.train.prepare import prepare_dataset
 
 NAME = "data_pipeline"
 
@@ -54,9 +55,9 @@ def write_images(root, num_images, size, seed=0):
 
 
 def raw_iter(path_rec, batch_size, image_shape, train, num_threads):
-    """The ImageRecordIter that ``mxdata.record_iter`` builds, with its default settings."""
+    """The ImageRecordIter that ``recordio.record_iter`` builds, with its default settings."""
     mean, std = mxdata.IMAGENET_MEAN_RGB, mxdata.IMAGENET_STD_RGB
-    common = dict(path_imgrec=path_rec, path_imgidx=mxdata.default_index_path(path_rec),
+    common = dict(path_imgrec=path_rec, path_imgidx=recordio.default_index_path(path_rec),
                   data_shape=image_shape, batch_size=batch_size, label_width=1,
                   data_name=mxdata.DATA_NAME, label_name=mxdata.LABEL_NAME, mean_r=mean[0],
                   mean_g=mean[1], mean_b=mean[2], std_r=std[0], std_g=std[1], std_b=std[2],
@@ -74,7 +75,7 @@ def raw_iter(path_rec, batch_size, image_shape, train, num_threads):
 
 
 def wrapped_iter(path_rec, batch_size, image_shape, train, num_threads):
-    return mxdata.record_iter(path_rec, batch_size, image_shape, train=train,
+    return recordio.record_iter(path_rec, batch_size, image_shape, train=train,
                               num_threads=num_threads)
 
 

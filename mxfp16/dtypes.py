@@ -26,26 +26,33 @@ NORM_OPS = frozenset({
 #: runs in place; the other normalization ops are fed float32 (their kernels want one dtype throughout).
 NORM_OPS_WITH_FLOAT16_DATA = frozenset({"BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm"})
 
+#: Loss-head ops: their backward starts the gradient itself, ignoring the incoming one.  The one
+#: list of loss heads; :data:`GRAD_SCALE_HEADS` and :data:`LABELLED_HEADS` are parts of it.
+LOSS_HEADS = frozenset({
+    "SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput",
+    "SVMOutput", "MakeLoss",
+})
+
+#: Loss heads that scale their gradient by a ``grad_scale`` attribute (SVMOutput has none): static
+#: loss scaling of a Symbol multiplies that attribute.
+GRAD_SCALE_HEADS = LOSS_HEADS - {"SVMOutput"}
+
+#: Loss heads that take a label input: cutting one off leaves the network's output (MakeLoss wraps
+#: a loss expression instead, which is no network output).
+LABELLED_HEADS = LOSS_HEADS - {"MakeLoss"}
+
 #: Loss heads and softmax run in float32: exp() of a float16 logit overflows above ~11, and the
 #: normalising sums lose precision.  These are the ones named in the MXNet float16 guide; MXNet's AMP
 #: float32 list adds the rest (exp, log, norms, reductions, ...).
-LOSS_AND_SOFTMAX_OPS = frozenset({
-    "SoftmaxOutput", "Softmax", "softmax", "log_softmax", "SoftmaxActivation", "softmin",
-    "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput", "SVMOutput",
-    "MakeLoss", "make_loss", "softmax_cross_entropy", "CTCLoss", "ctc_loss", "_contrib_CTCLoss",
-    "_contrib_ctc_loss", "smooth_l1",
-})
+LOSS_AND_SOFTMAX_OPS = LOSS_HEADS | {
+    "Softmax", "softmax", "log_softmax", "SoftmaxActivation", "softmin", "make_loss",
+    "softmax_cross_entropy", "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss",
+    "smooth_l1",
+}
 
 #: Ops that run in float32 in a float16 network.
 FLOAT32_OPS = frozenset(_amp_lists.FP32_FUNCS) | LOSS_AND_SOFTMAX_OPS | (
     NORM_OPS - NORM_OPS_WITH_FLOAT16_DATA)
-
-#: Loss-head ops whose backward ignores the incoming gradient and scales by their ``grad_scale``
-#: attribute instead: static loss scaling of a Symbol multiplies that attribute.
-GRAD_SCALE_HEADS = frozenset({
-    "SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput",
-    "MakeLoss",
-})
 
 #: Matrix-multiply ops: the ones Tensor Cores run, and the ones MXNet's CPU backend cannot run in
 #: float16 ("FP16 gemm on cpu not implemented!"), so CPU emulation computes them in float32.

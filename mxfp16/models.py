@@ -1,11 +1,15 @@
-"""Networks by name, from GluonCV's model zoo (which holds MXNet's ``gluon.model_zoo.vision`` ones too)."""
+"""Networks by name, from GluonCV's model zoo (which holds MXNet's ``gluon.model_zoo.vision`` ones
+too), and the one loader of plain MXNet checkpoints."""
 import difflib
+import json
 import os
 from dataclasses import dataclass, field
 
 import mxnet as mx
 from gluoncv import model_zoo as gcv_zoo
 from gluoncv.model_zoo import model_store as gcv_store
+
+from .dtypes import LABELLED_HEADS
 
 #: Where pretrained weights are looked for (GluonCV's and MXNet's default model store).
 DEFAULT_MODEL_ROOT = os.path.join(os.path.expanduser("~"), ".mxnet", "models")
@@ -105,7 +109,7 @@ def _pretrained(name, root, **kwargs):
             f"~/.mxnet/models/{os.path.basename(path)})") from None
 
 
-#: The input name of every network graph (MXNet's convention, and :data:`mxfp16.data.DATA_NAME`).
+#: The input name of every network graph (MXNet's convention for image classification).
 DATA_INPUT = "data"
 
 
@@ -161,9 +165,10 @@ def block_to_network(block):
     """
     symbol = block(mx.sym.var(DATA_INPUT))
     params = block.collect_params()
-    arg_params = {name: params[name].data().astype("float32")
+    # The first device's copy: data() alone would look on the default context, not a GPU.
+    arg_params = {name: params[name].list_data()[0].astype("float32")
                   for name in symbol.list_arguments() if name != DATA_INPUT}
-    aux_params = {name: params[name].data().astype("float32")
+    aux_params = {name: params[name].list_data()[0].astype("float32")
                   for name in symbol.list_auxiliary_states()}
     return Network(symbol, arg_params, aux_params)
 
@@ -206,3 +211,83 @@ def new_network(name, num_classes, image_shape, **kwargs):
         raise ValueError(f"network {name!r} cannot take images of shape {tuple(image_shape)} "
                          f"({reason}): pass a larger --image-shape, e.g. 3,224,224") from None
     return block_to_network(block)
+
+
+def strip_loss_head(sym):
+    """``sym`` without a final labelled loss head (``SoftmaxOutput`` and the like), else ``sym``.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
+    >>> strip_loss_head(mx.sym.SoftmaxOutput(fc, name='softmax')).list_outputs()
+    ['fc_output']
+    """
+    if len(sym.list_outputs()) != 1:
+        return sym
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    head = graph["nodes"][graph["heads"][0][0]]
+    if head["op"] in LABELLED_HEADS:
+        return sym.get_children()[0]
+    return sym
+
+
+def checkpoint_files(prefix, epoch):
+    """The symbol and parameter files of the MXNet checkpoint ``prefix`` at ``epoch``.
+
+    ``mx.model.save_checkpoint`` (Module) and ``HybridBlock.export`` (Gluon) both write
+    ``PREFIX-symbol.json`` and ``PREFIX-EPOCH.params`` (epoch with 4 digits).
+
+    Examples
+    --------
+    >>> checkpoint_files('runs/resnet', 3)
+    ('runs/resnet-symbol.json', 'runs/resnet-0003.params')
+    """
+    return f"{prefix}-symbol.json", f"{prefix}-{int(epoch):04d}.params"
+
+
+def load_mxnet_checkpoint(prefix, epoch):
+    """The float32 :class:`Network` of an MXNet checkpoint, its labelled loss head cut off.
+
+    The one loader of plain MXNet checkpoints: a Module's ``save_checkpoint``, a Gluon ``export``
+    or a checkpoint of ``scripts/train_imagenet.py``.
+
+    Parameters
+    ----------
+    prefix : str
+        ``PREFIX`` of ``PREFIX-symbol.json`` and ``PREFIX-EPOCH.params``.
+    epoch : int
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the missing file.
+    ValueError
+        If a file cannot be read as an MXNet checkpoint.
+
+    Examples
+    --------
+    >>> import os, tempfile, mxnet as mx
+    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=10, name='fc')
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'module')
+    >>> mx.model.save_checkpoint(prefix, 3, mx.sym.SoftmaxOutput(fc, name='softmax'),
+    ...                          {'fc_weight': mx.nd.ones((10, 5)), 'fc_bias': mx.nd.zeros(10)}, {})
+    >>> network = load_mxnet_checkpoint(prefix, 3)  # the softmax head is cut off
+    >>> network.symbol.list_outputs(), sorted(network.arg_params)
+    (['fc_output'], ['fc_bias', 'fc_weight'])
+    """
+    files = checkpoint_files(prefix, epoch)
+    for path in files:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"checkpoint file {path} not found: an MXNet checkpoint is the "
+                                    f"two files {files[0]} and {files[1]}")
+    try:
+        symbol, arg_params, aux_params = mx.model.load_checkpoint(prefix, epoch)
+    except mx.base.MXNetError as error:
+        reason = str(error).strip().splitlines()[0][:160]
+        raise ValueError(f"MXNet checkpoint {prefix!r} epoch {epoch} cannot be loaded ({reason}): "
+                         f"expected {files[0]} and {files[1]} as MXNet writes them") from None
+    symbol = strip_loss_head(symbol)
+    arguments, auxiliary = set(symbol.list_arguments()), set(symbol.list_auxiliary_states())
+    return Network(symbol, {k: v.astype("float32") for k, v in arg_params.items() if k in arguments},
+                   {k: v.astype("float32") for k, v in aux_params.items() if k in auxiliary})

@@ -12,9 +12,10 @@ input prints one "error: ..." line and exits with code 2.
 """
 import sys
 
-from mxfp16.config import ArgumentParser, FineTuneConfig, add_fine_tune_arguments
-from mxfp16.finetune import fine_tune
-from mxfp16.logs import run_job
+from mxfp16.train.config import FineTuneConfig
+from mxfp16.train.finetune import fine_tune
+from mxfp16.train.flags import ArgumentParser, add_fine_tune_arguments
+from mxfp16.train.runner import run_job
 
 
 def get_args_parser():

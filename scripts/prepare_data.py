@@ -12,8 +12,8 @@ import argparse
 import logging
 import sys
 
-from mxfp16.data import DataError
-from mxfp16.prepare import DEFAULT_QUALITY, DEFAULT_TRAIN_RATIO, prepare_dataset
+from mxfp16.train.data import DataError
+from mxfp16.train.prepare import DEFAULT_QUALITY, DEFAULT_TRAIN_RATIO, prepare_dataset
 
 
 def get_args_parser():

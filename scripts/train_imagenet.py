@@ -12,9 +12,10 @@ checkpoints) prints one "error: ..." line and exits with code 2.
 """
 import sys
 
-from mxfp16.config import ArgumentParser, TrainConfig, add_train_arguments
-from mxfp16.logs import run_job
-from mxfp16.training import train
+from mxfp16.train.config import TrainConfig
+from mxfp16.train.flags import ArgumentParser, add_train_arguments
+from mxfp16.train.loop import train
+from mxfp16.train.runner import run_job
 
 
 def get_args_parser():

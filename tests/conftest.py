@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from mxfp16.prepare import prepare_dataset
+from mxfp16.train.prepare import prepare_dataset
 
 #: Class name -> dominant colour (BGR, as cv2 writes).  The classes differ in colour, so a tiny network
 #: learns them in a few epochs even through crops, flips and colour jitter; noise keeps it from
@@ -43,7 +43,7 @@ def image_folder(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def rec_files(image_folder, tmp_path_factory):
-    """:class:`mxfp16.prepare.PreparedData` of the RecordIO files built from ``image_folder`` with
+    """:class:`mxfp16.train.prepare.PreparedData` of the RecordIO files built from ``image_folder`` with
     ``train_ratio=0.75, seed=0`` (what scripts/prepare_data.py runs): 36 train + 12 val images
     (9 + 3 per class), 4 classes.  Paths: ``.train_rec``, ``.train_idx``, ``.val_rec``, ``.val_idx``,
     ``.classes_file``; also ``.classes`` and ``.num_train`` / ``.num_val``.  Read-only."""

@@ -1,4 +1,4 @@
-"""mxfp16.checkpoint: MXNet-format files + JSON, atomic saves, crashes mid-save, bad checkpoints."""
+"""mxfp16.train.checkpoint: MXNet-format files + JSON, atomic saves, crashes mid-save, bad checkpoints."""
 import json
 import os
 
@@ -9,8 +9,8 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from mxfp16 import checkpoint
-from mxfp16.checkpoint import (CheckpointError, check_fits, checkpoint_paths, find_checkpoint,
+from mxfp16.train import checkpoint
+from mxfp16.train.checkpoint import (CheckpointError, check_fits, checkpoint_paths, find_checkpoint,
                                load_checkpoint, save_checkpoint, saved_epochs)
 from mxfp16.models import block_to_network
 

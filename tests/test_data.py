@@ -1,4 +1,4 @@
-"""mxfp16.data: RecordIO, image-folder and synthetic iterators, file checks and label checks."""
+"""mxfp16.train.data: RecordIO, image-folder and synthetic iterators, file checks and label checks."""
 import os
 import shutil
 from collections import Counter
@@ -7,7 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxfp16.data import (DataError, check_labels, check_record_file, folder_iters, list_image_folder,
+from mxfp16.train.data import (DataError, check_labels, check_record_file, folder_iters, list_image_folder,
                          record_iter, split_image_folder, synthetic_iter)
 
 from conftest import IMAGE_CLASSES, write_image_folder
@@ -269,7 +269,7 @@ def test_module_learns_the_fixture_classes_from_records(rec_files):
 
 
 def test_folder_iters_shards_training_images_over_workers(image_folder):
-    from mxfp16.data import split_image_folder
+    from mxfp16.train.data import split_image_folder
     split = split_image_folder(str(image_folder), 0.25, 0)
     shards = [folder_iters(str(image_folder), 4, (3, 16, 16), val_fraction=0.25, num_parts=3,
                            part_index=part)[0] for part in range(3)]

@@ -1,4 +1,4 @@
-"""mxfp16.distributed and scripts/launch.py: a real dist_sync job of 2 float16 workers on 127.0.0.1,
+"""mxfp16.train.launcher and scripts/launch.py: a real dist_sync job of 2 float16 workers on 127.0.0.1,
 failure and timeout handling, the ssh command lines, and the script's user errors."""
 import os
 import shlex
@@ -9,8 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from mxfp16 import distributed
-from mxfp16.distributed import LaunchError, launch, plan_processes
+from mxfp16.train import launch_plan, launcher
+from mxfp16.train.launch_plan import LaunchError, plan_processes
+from mxfp16.train.launcher import launch
 
 import dist_worker
 
@@ -143,7 +144,7 @@ def test_script_timeout_stops_every_process_and_exits_124(launch_main, tmp_path,
     code = launch_main(["-n", "2", "-s", "1", "--timeout", "6", "--log-dir", str(tmp_path / "logs"),
                         "--", sys.executable, "-c", STUCK_OR_FAILING_WORKER, str(tmp_path), "hang"])
     assert code == 124
-    assert time.monotonic() - start < 6 + distributed.KILL_GRACE + 10
+    assert time.monotonic() - start < 6 + launcher.KILL_GRACE + 10
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: the job ran past its timeout"), err
     pids = recorded_pids(tmp_path)
@@ -152,7 +153,7 @@ def test_script_timeout_stops_every_process_and_exits_124(launch_main, tmp_path,
 
 
 def test_ssh_plan_places_processes_round_robin_and_exports_the_dmlc_variables(monkeypatch):
-    for name in distributed.FORWARDED_ENV:
+    for name in launch_plan.FORWARDED_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PS_VERBOSE", "1")
     monkeypatch.setenv("UNRELATED_SECRET", "x")
@@ -187,7 +188,7 @@ def test_ssh_remote_command_runs_in_the_directory_with_the_variables(tmp_path):
     workdir = tmp_path / "run dir; echo injected"
     workdir.mkdir()
     program = "import os, sys; print(os.getcwd(), os.environ['DMLC_ROLE'], sys.argv[1])"
-    argv = distributed.ssh_command("node1", [sys.executable, "-c", program, "it's $HOME"],
+    argv = launch_plan.ssh_command("node1", [sys.executable, "-c", program, "it's $HOME"],
                                    {"DMLC_ROLE": "worker"}, str(workdir))
     result = subprocess.run(["bash", "-c", argv[-1]], capture_output=True, text=True, timeout=30)
     assert result.stdout == f"{workdir} worker it's $HOME\n", result.stderr
@@ -196,7 +197,7 @@ def test_ssh_remote_command_runs_in_the_directory_with_the_variables(tmp_path):
 def test_read_hostfile_skips_comments_and_blank_lines(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1\n\n  admin@node2:2222  # big one\n")
-    assert distributed.read_hostfile(str(hostfile)) == ["node1", "admin@node2:2222"]
+    assert launch_plan.read_hostfile(str(hostfile)) == ["node1", "admin@node2:2222"]
 
 
 def test_bad_host_entry_is_rejected():

@@ -1,4 +1,4 @@
-"""scripts/prepare_data.py and mxfp16.prepare, end to end on real JPEG files."""
+"""scripts/prepare_data.py and mxfp16.train.prepare, end to end on real JPEG files."""
 import os
 import re
 import shutil
@@ -7,8 +7,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxfp16 import prepare
-from mxfp16.data import DataError
+from mxfp16.train import prepare
+from mxfp16.train.data import DataError
 
 from conftest import IMAGE_CLASSES, IMAGE_HEIGHT, IMAGE_WIDTH, write_image_folder
 

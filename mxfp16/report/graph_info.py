@@ -12,14 +12,6 @@ import numpy as np
 
 from ..graph import internal_dtypes
 
-#: Loss heads that take a label input.  The report analyses the network up to its output, so a
-#: checkpoint's head is cut off: its label is no activation, and Gluon networks have no head at all.
-LABELLED_HEADS = frozenset({
-    "SoftmaxOutput", "LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput",
-    "SVMOutput",
-})
-
-
 @dataclass
 class Tensor:
     """One tensor of the graph: an op output or a variable (data or parameter)."""
@@ -70,25 +62,6 @@ def graph_nodes(sym):
     ['null', 'relu']
     """
     return json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
-
-
-def strip_loss_head(sym):
-    """``sym`` without a final labelled loss head (``SoftmaxOutput`` and the like), else ``sym``.
-
-    Examples
-    --------
-    >>> import mxnet as mx
-    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
-    >>> strip_loss_head(mx.sym.SoftmaxOutput(fc, name='softmax')).list_outputs()
-    ['fc_output']
-    """
-    if len(sym.list_outputs()) != 1:
-        return sym
-    graph = json.loads(sym.tojson(remove_amp_cast=False))
-    head = graph["nodes"][graph["heads"][0][0]]
-    if head["op"] in LABELLED_HEADS:
-        return sym.get_children()[0]
-    return sym
 
 
 def _infer(sym, data_shapes, data_dtypes):

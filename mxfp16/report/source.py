@@ -4,22 +4,7 @@ import os
 import mxnet as mx
 from mxnet import gluon
 
-from ..models import get_network
-from .graph_info import strip_loss_head
-
-
-def checkpoint_files(prefix, epoch):
-    """The symbol and parameter files of checkpoint ``prefix`` at ``epoch``.
-
-    ``mx.model.save_checkpoint`` (Module) and ``HybridBlock.export`` (Gluon) both write
-    ``PREFIX-symbol.json`` and ``PREFIX-EPOCH.params`` (epoch with 4 digits).
-
-    Examples
-    --------
-    >>> checkpoint_files('runs/resnet', 3)
-    ('runs/resnet-symbol.json', 'runs/resnet-0003.params')
-    """
-    return f"{prefix}-symbol.json", f"{prefix}-{int(epoch):04d}.params"
+from ..models import get_network, load_mxnet_checkpoint
 
 
 def symbol_block(sym, arg_params, aux_params, data_name="data"):
@@ -98,13 +83,13 @@ def load_checkpoint(prefix, epoch, data_name="data"):
     >>> sym.list_outputs()  # the SoftmaxOutput head is cut off
     ['fc_output']
     """
-    for path in checkpoint_files(prefix, epoch):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"checkpoint file {path} not found: pass --checkpoint PREFIX "
-                                    "and --epoch N of files PREFIX-symbol.json and PREFIX-000N.params")
-    sym, arg_params, aux_params = mx.model.load_checkpoint(prefix, epoch)
-    sym = strip_loss_head(sym)
-    return sym, symbol_block(sym, arg_params, aux_params, data_name)
+    try:
+        network = load_mxnet_checkpoint(prefix, epoch)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{error}: pass --checkpoint PREFIX and --epoch N of such "
+                                "files") from None
+    return network.symbol, symbol_block(network.symbol, network.arg_params, network.aux_params,
+                                        data_name)
 
 
 def load_network(network=None, checkpoint=None, epoch=0, num_classes=1000):

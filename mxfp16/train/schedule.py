@@ -8,6 +8,11 @@ the schedule end a few steps later than the data's (one per skipped step, a few 
 """
 from gluoncv.utils import LRScheduler, LRSequential
 
+from ..optimizers import MOMENTUM_OPTIMIZERS
+
+#: Learning-rate schedules after the warm-up (``--lr-mode``).
+LR_MODES = ("step", "cosine", "poly")
+
 #: Exponent of the poly schedule, ``lr * (1 - t / T) ** POLY_POWER`` (GluonCV's default).
 POLY_POWER = 2
 
@@ -54,8 +59,8 @@ def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=()
     >>> [round(sched(n), 2) for n in (1, 3, 5, 6, 10)]
     [0.0, 0.2, 0.4, 0.4, 0.0]
     """
-    if lr_mode not in ("step", "cosine", "poly"):
-        raise ValueError(f"unknown lr mode {lr_mode!r}: choose step, cosine or poly")
+    if lr_mode not in LR_MODES:
+        raise ValueError(f"unknown lr mode {lr_mode!r}: choose one of {', '.join(LR_MODES)}")
     if warmup_epochs >= num_epochs and warmup_epochs:
         raise ValueError(f"warmup_epochs={warmup_epochs} leaves no epoch of num_epochs={num_epochs} "
                          "after the warm-up: lower it")
@@ -80,3 +85,42 @@ class _FromFirstUpdate(LRSequential):
 
     def __call__(self, num_update):
         return super().__call__(max(int(num_update) - 1, 0))
+
+
+def optimizer_params(*, optimizer, lr, mom, wd, lr_mode, lr_step_epochs, lr_factor, warmup_epochs,
+                     num_epochs, batches_per_epoch, num_update=0):
+    """Keyword arguments of :func:`mxfp16.make_optimizer` for a run, the schedule included.
+
+    ``mom`` is passed only to optimizers that take a momentum; ``num_update`` (updates already
+    done, when resuming) becomes ``begin_num_update``, which positions the schedule.
+
+    Examples
+    --------
+    >>> params = optimizer_params(optimizer='adam', lr=0.01, mom=0.9, wd=1e-4, lr_mode='cosine',
+    ...                           lr_step_epochs=(), lr_factor=0.1, warmup_epochs=0, num_epochs=2,
+    ...                           batches_per_epoch=10, num_update=10)
+    >>> sorted(params), round(params['lr_scheduler'](20), 6)
+    (['begin_num_update', 'learning_rate', 'lr_scheduler', 'wd'], 0.0)
+    """
+    scheduler = make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, lr_step_epochs,
+                                  lr_factor, warmup_epochs)
+    params = dict(learning_rate=lr, wd=wd, begin_num_update=num_update, lr_scheduler=scheduler)
+    if optimizer in MOMENTUM_OPTIMIZERS:
+        params["momentum"] = mom
+    return params
+
+
+def next_learning_rate(optimizer):
+    """The learning rate the next update of ``optimizer`` will use (its schedule at the next update).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> opt = mx.optimizer.SGD(learning_rate=0.1, lr_scheduler=make_lr_scheduler(
+    ...     0.1, 'step', num_epochs=2, batches_per_epoch=3, step_epochs=[1]), begin_num_update=3)
+    >>> next_learning_rate(opt)  # update 4 is the first of epoch 1
+    0.010000000000000002
+    """
+    if optimizer.lr_scheduler is None:
+        return optimizer.learning_rate
+    return optimizer.lr_scheduler(optimizer.num_update + 1)

@@ -191,7 +191,7 @@ def prepare_dataset(root, out_dir, resize=0, quality=DEFAULT_QUALITY,
     Classes are the sorted sub-folder names, numbered from 0.  If ``root`` has ``train/`` and ``val/``
     sub-folders they are the split (``train_ratio`` is not used); otherwise ``train_ratio`` of each class
     goes to training, picked by a permutation seeded by ``seed`` (see
-    :func:`mxfp16.data.split_image_folder`), and each split is written in a seeded random order.
+    :func:`mxfp16.train.data.split_image_folder`), and each split is written in a seeded random order.
     Files that are not images, or that cannot be decoded, are logged and skipped.  An empty split
     gives empty ``.rec``/``.idx``/``.lst`` files.
 

@@ -1,5 +1,5 @@
-"""mxfp16.training and mxfp16.module_training: overflow storms, data selection and sharding, the
-per-parameter settings (frozen, lr_mult, no weight decay) of both APIs."""
+"""mxfp16.train.loop with both APIs (gluon_api, module_api): overflow storms, data selection and
+sharding, the per-parameter settings (frozen, lr_mult, no weight decay), targets and metrics."""
 import logging
 
 import mxnet as mx
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import mxfp16
-from mxfp16 import module_training, training
-from mxfp16.data import DataError, synthetic_iter
+from mxfp16 import mxnet_internals
 from mxfp16.models import Network, new_network
+from mxfp16.train import gluon_api, loop, metrics, module_api
+from mxfp16.train.data import DataError, load_data, synthetic_iter
 
 IMAGE_SHAPE = (3, 16, 16)
 BATCH = 8
@@ -42,30 +43,22 @@ def network():
     return new_network("cifar_resnet20_v1", 4, IMAGE_SHAPE)
 
 
-def gluon_epoch(network, scaler, data):
-    block, net = training.gluon_network(network, [mx.cpu()], "float16")
-    trainer = mxfp16.make_trainer(block.collect_params(), "sgd", "float16", learning_rate=0.01)
-    stats = training.train_one_epoch(net, trainer, scaler, data, ctx=[mx.cpu()], num_classes=4,
-                                     batch_size=BATCH, num_batches=8)
-    return stats, trainer.optimizer
+def run_epoch(api_type, network, scaler, data):
+    extra = {} if api_type is gluon_api.GluonAPI else \
+        dict(data_shape=(BATCH,) + IMAGE_SHAPE, num_classes=4)
+    api = api_type(network, scaler, ctx=[mx.cpu()], dtype="float16", kvstore="device",
+                   optimizer="sgd", optimizer_params={"learning_rate": 0.01}, **extra)
+    stats = loop.train_one_epoch(api, data, num_classes=4, batch_size=BATCH, num_batches=8)
+    return stats, api.optimizer
 
 
-def module_epoch(network, scaler, data):
-    module, optimizer = module_training.make_module(
-        network, scaler, ctx=[mx.cpu()], dtype="float16", data_shape=(BATCH,) + IMAGE_SHAPE,
-        label_shape=(BATCH,), kvstore="device", optimizer="sgd",
-        optimizer_params={"learning_rate": 0.01})
-    stats = module_training.train_one_epoch(module, optimizer, scaler, data, num_classes=4,
-                                            batch_size=BATCH, num_batches=8)
-    return stats, optimizer
-
-
-@pytest.mark.parametrize("run_epoch", [gluon_epoch, module_epoch], ids=["gluon", "module"])
+@pytest.mark.parametrize("api_type", [gluon_api.GluonAPI, module_api.ModuleAPI],
+                         ids=["gluon", "module"])
 def test_an_overflow_storm_is_skipped_counted_and_logged_and_training_goes_on(
-        network, run_epoch, caplog):
+        network, api_type, caplog):
     scaler = mxfp16.DynamicLossScaler(init_scale=16.0, growth_interval=1000)
     with caplog.at_level(logging.WARNING, logger="mxfp16"):
-        stats, optimizer = run_epoch(network, scaler, PoisonedIter(8, poisoned=(2, 3, 4)))
+        stats, optimizer = run_epoch(api_type, network, scaler, PoisonedIter(8, poisoned=(2, 3, 4)))
     assert stats["skipped_steps"] == scaler.num_skipped == 3
     assert scaler.loss_scale == 2.0  # 16 halved three times
     assert optimizer.num_update == 5  # the other five steps updated the weights
@@ -81,25 +74,25 @@ def test_an_overflow_storm_is_skipped_counted_and_logged_and_training_goes_on(
 def test_a_storm_that_never_ends_collapses(network):
     scaler = mxfp16.DynamicLossScaler(init_scale=2.0, max_consecutive_skips=3)
     with pytest.raises(mxfp16.LossScaleCollapse, match="3 steps in a row overflowed"):
-        gluon_epoch(network, scaler, PoisonedIter(8, poisoned=range(8)))
+        run_epoch(gluon_api.GluonAPI, network, scaler, PoisonedIter(8, poisoned=range(8)))
 
 
 def test_load_data_chooses_the_source_and_shards_records_evenly(rec_files, image_folder):
     common = dict(batch_size=5, image_shape=IMAGE_SHAPE, num_classes=4, num_threads=1)
-    data = training.load_data(data_train=rec_files.train_rec, data_val=rec_files.val_rec, **common)
+    data = load_data(data_train=rec_files.train_rec, data_val=rec_files.val_rec, **common)
     assert data.batches_per_epoch == 8 and data.val is not None  # ceil(36 / 5)
     # Two workers: 18 records each, 3 whole batches, so both take the same number of steps.
-    shard = training.load_data(data_train=rec_files.train_rec, num_parts=2, part_index=1, **common)
+    shard = load_data(data_train=rec_files.train_rec, num_parts=2, part_index=1, **common)
     assert shard.batches_per_epoch == 3 and shard.val is None
-    assert training.load_data(synthetic=True, num_examples=23, max_batches=3,
+    assert load_data(synthetic=True, num_examples=23, max_batches=3,
                               **common).batches_per_epoch == 3
-    folder = training.load_data(data_dir=str(image_folder), val_fraction=0.25, **common)
+    folder = load_data(data_dir=str(image_folder), val_fraction=0.25, **common)
     assert folder.batches_per_epoch == 8 and "4 classes, 36 training" in folder.description
     with pytest.raises(DataError, match="has 4 classes but --num-classes is 3: pass "
                                         "--num-classes 4"):
-        training.load_data(data_dir=str(image_folder), **dict(common, num_classes=3))
+        load_data(data_dir=str(image_folder), **dict(common, num_classes=3))
     # Two workers of a folder: 36 training images, every other one each, 4 batches of 5.
-    halves = [training.load_data(data_dir=str(image_folder), val_fraction=0.25, num_parts=2,
+    halves = [load_data(data_dir=str(image_folder), val_fraction=0.25, num_parts=2,
                                  part_index=part, **common) for part in (0, 1)]
     assert [half.batches_per_epoch for half in halves] == [4, 4]
 
@@ -109,29 +102,29 @@ def test_parameter_settings_reach_both_apis(network):
     frozen = "cifarresnetv10_conv0_weight"
     tuned = Network(network.symbol, network.arg_params, network.aux_params,
                     fixed_param_names=(frozen,), lr_mult={frozen: 0.1})
-    block, _ = training.gluon_network(tuned, [mx.cpu()], "float32", no_wd=True)
+    block, _ = gluon_api.gluon_network(tuned, [mx.cpu()], "float32", no_wd=True)
     params = block.collect_params()
     assert (params[frozen].grad_req, params[frozen].lr_mult, params[frozen].wd_mult) == \
         ("null", 0.1, 1.0)
     assert params["cifarresnetv10_dense0_bias"].wd_mult == 0.0
     assert params["cifarresnetv10_batchnorm0_gamma"].wd_mult == 0.0
     scaler = mxfp16.make_loss_scaler(None, "float32")
-    module, optimizer = module_training.make_module(
+    module, optimizer = module_api.make_module(
         tuned, scaler, ctx=[mx.cpu()], dtype="float32", data_shape=(2,) + IMAGE_SHAPE,
         label_shape=(2,), kvstore="device", optimizer="sgd",
         optimizer_params={"learning_rate": 0.1}, no_wd=True)
     assert optimizer.lr_mult == {frozen: 0.1}
     assert optimizer.wd_mult["cifarresnetv10_dense0_bias"] == 0.0
     assert "cifarresnetv10_dense0_weight" not in optimizer.wd_mult
-    assert frozen in module_training.bucket_module(module)._fixed_param_names
+    assert frozen in mxnet_internals.current_module(module)._fixed_param_names
 
 
 def test_soft_targets_for_label_smoothing_and_mixup():
     labels = mx.nd.array([0, 1, 3])
-    smooth = training.make_targets(labels, 4, smoothing=0.2).asnumpy()
+    smooth = metrics.make_targets(labels, 4, smoothing=0.2).asnumpy()
     np.testing.assert_allclose(smooth.sum(axis=1), 1.0, rtol=1e-6)
     np.testing.assert_allclose(smooth[0], [0.85, 0.05, 0.05, 0.05], rtol=1e-6)
-    mixed = training.make_targets(labels, 4, mixup_lambda=0.7).asnumpy()
+    mixed = metrics.make_targets(labels, 4, mixup_lambda=0.7).asnumpy()
     np.testing.assert_allclose(mixed[0], [0.7, 0.0, 0.0, 0.3], rtol=1e-6)
     data = mx.nd.array([[1.0], [2.0], [4.0]])
-    np.testing.assert_allclose(training.mixup_data(data, 0.5).asnumpy().ravel(), [2.5, 2.0, 2.5])
+    np.testing.assert_allclose(metrics.mixup_data(data, 0.5).asnumpy().ravel(), [2.5, 2.0, 2.5])

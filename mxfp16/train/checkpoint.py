@@ -15,19 +15,23 @@ Saving is atomic: each file is written to a temporary file in the same folder, t
 the JSON file last.  A checkpoint exists once its JSON file does, so a process killed during a save
 leaves the previous checkpoints loadable and no half-written one that looks complete.
 """
+import dataclasses
 import glob
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
 
 import mxnet as mx
 
-from .models import Network
+from ..models import Network
 
 #: Written into every JSON file, checked when loading.
 CHECKPOINT_FORMAT = "mxfp16-checkpoint"
 CHECKPOINT_VERSION = 1
+
+log = logging.getLogger("mxfp16.train")
 
 _EPOCH_SUFFIX = re.compile(r"^(?P<prefix>.+)-(?P<epoch>\d{4,})$")
 
@@ -294,7 +298,7 @@ def check_fits(params, expected, source, hint):
     ...            'pass --num-classes 2')  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    mxfp16.checkpoint.CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...; pass --num-classes 2
+    mxfp16...CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...
     """
     missing = set(expected) - set(params)
     unexpected = set(params) - set(expected)
@@ -307,3 +311,66 @@ def check_fits(params, expected, source, hint):
         problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
     if problems:
         raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StartPoint:
+    """Where a run starts: the first epoch, the updates done before it and the optimizer state."""
+
+    begin_epoch: int = 0
+    num_update: int = 0
+    states_path: str = None
+
+
+def resume_checkpoint(spec, network, *, api, dtype, optimizer):
+    """Load the checkpoint ``spec`` (``--resume``) and check it fits the network and settings.
+
+    Raises
+    ------
+    CheckpointError
+        If it does not exist, or was trained with another API, dtype, optimizer, network or class
+        count.
+    """
+    checkpoint = load_checkpoint(spec)
+    trained = checkpoint.meta.get("config", {})
+    for flag, value in (("api", api), ("dtype", dtype), ("optimizer", optimizer)):
+        saved = trained.get(flag)
+        if saved != value:
+            raise CheckpointError(f"checkpoint {checkpoint.name!r} was trained with --{flag} {saved} "
+                                  f"and its optimizer state is for that: resume with --{flag} {saved}")
+    check_fits({**checkpoint.network.arg_params, **checkpoint.network.aux_params},
+               {**network.arg_params, **network.aux_params},
+               f"checkpoint {checkpoint.name!r} (--network {trained.get('network')} "
+               f"--num-classes {trained.get('num_classes')})",
+               "resume with the --network and --num-classes it was trained with")
+    return checkpoint
+
+
+def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, model_prefix):
+    """The network and :class:`StartPoint` of a run that resumes the checkpoint ``spec``.
+
+    The network gets the checkpoint's values and ``scaler`` its state; with no ``spec`` the run
+    starts from scratch with ``network`` as given.
+
+    Raises
+    ------
+    CheckpointError
+        See :func:`resume_checkpoint`.
+    ValueError
+        If the checkpoint has trained all ``num_epochs`` already.
+    """
+    if not spec:
+        return network, StartPoint()
+    checkpoint = resume_checkpoint(spec, network, api=api, dtype=dtype, optimizer=optimizer)
+    if checkpoint.epoch >= num_epochs:
+        raise ValueError(f"checkpoint {checkpoint.name!r} has trained {checkpoint.epoch} epochs, "
+                         f"all of --num-epochs {num_epochs}: raise --num-epochs to continue")
+    scaler.load_state_dict(checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict()))
+    log.info("resuming from checkpoint %s", checkpoint.name)
+    if not model_prefix:
+        log.warning("no --model-prefix: this run saves no checkpoint (pass --model-prefix %s to "
+                    "continue the run's checkpoints)", checkpoint.prefix)
+    network = dataclasses.replace(network, arg_params=checkpoint.network.arg_params,
+                                  aux_params=checkpoint.network.aux_params)
+    return network, StartPoint(checkpoint.epoch, checkpoint.meta.get("num_update", 0),
+                               checkpoint.states_path)

@@ -5,7 +5,7 @@ The network comes from the model zoo's pretrained weights or from an MXNet check
 ``scripts/train_imagenet.py``).  Its classifier (the last FullyConnected or Convolution layer) is
 replaced by one with ``num_classes`` outputs, which works for any zoo classification network; the rest
 is the backbone, which can be frozen or trained at a lower learning rate.  Training then runs as in
-:func:`mxfp16.training.train`: cast_block or cast_symbol + cast_params, loss scaling, checkpoints.
+:func:`mxfp16.train.loop.train`: cast_block or cast_symbol + cast_params, loss scaling, checkpoints.
 """
 import dataclasses
 import json
@@ -13,10 +13,10 @@ import logging
 
 import mxnet as mx
 
+from ..models import (DATA_INPUT, Network, block_to_network, checkpoint_files, default_initializer,
+                      get_network, load_mxnet_checkpoint)
 from .checkpoint import CheckpointError
-from .dtypes import GRAD_SCALE_HEADS
-from .models import DATA_INPUT, Network, block_to_network, default_initializer, get_network
-from .training import train
+from .loop import train
 
 log = logging.getLogger("mxfp16.train")
 
@@ -37,43 +37,23 @@ def zoo_network(name, root):
     return block_to_network(get_network(name, pretrained=True, root=root))
 
 
-def _logits(symbol):
-    """The graph without its loss head (``SoftmaxOutput`` of a Module checkpoint), if it has one."""
-    head = json.loads(symbol.tojson(remove_amp_cast=False))["nodes"][-1]["op"]
-    return symbol.get_children()[0] if head in GRAD_SCALE_HEADS else symbol
-
-
 def checkpoint_network(prefix, epoch):
-    """The float32 network of the MXNet checkpoint ``prefix-symbol.json`` + ``prefix-EPOCH.params``.
+    """The float32 network of the MXNet checkpoint ``prefix-symbol.json`` + ``prefix-EPOCH.params``
+    (:func:`mxfp16.models.load_mxnet_checkpoint`), with the flags to check in its error.
 
     Raises
     ------
-    mxfp16.checkpoint.CheckpointError
+    mxfp16.train.checkpoint.CheckpointError
         If the files are missing or unreadable.
-
-    Examples
-    --------
-    >>> import os, tempfile, mxnet as mx
-    >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=10, name='fc')
-    >>> prefix = os.path.join(tempfile.mkdtemp(), 'module')
-    >>> mx.model.save_checkpoint(prefix, 3, mx.sym.SoftmaxOutput(fc, name='softmax'),
-    ...                          {'fc_weight': mx.nd.ones((10, 5)), 'fc_bias': mx.nd.zeros(10)}, {})
-    >>> network = checkpoint_network(prefix, 3)  # the softmax head is left out
-    >>> network.symbol.list_outputs(), sorted(network.arg_params)
-    (['fc_output'], ['fc_bias', 'fc_weight'])
     """
     try:
-        symbol, arg_params, aux_params = mx.model.load_checkpoint(prefix, epoch)
-    except (OSError, mx.base.MXNetError) as error:
-        reason = str(error).strip().splitlines()[0][:160]
+        return load_mxnet_checkpoint(prefix, epoch)
+    except (OSError, ValueError) as error:
+        symbol_file, params_file = checkpoint_files(prefix, epoch)
+        reason = str(error).split(":")[0]
         raise CheckpointError(f"MXNet checkpoint {prefix!r} epoch {epoch} cannot be loaded "
-                              f"({reason}): expected {prefix}-symbol.json and "
-                              f"{prefix}-{epoch:04d}.params; check --pretrained-model and "
-                              "--load-epoch") from None
-    symbol = _logits(symbol)
-    arguments, auxiliary = set(symbol.list_arguments()), set(symbol.list_auxiliary_states())
-    return Network(symbol, {k: v.astype("float32") for k, v in arg_params.items() if k in arguments},
-                   {k: v.astype("float32") for k, v in aux_params.items() if k in auxiliary})
+                              f"({reason}): expected {symbol_file} and {params_file}; check "
+                              "--pretrained-model and --load-epoch") from None
 
 
 def _replace_last_layer(symbol, num_classes):
@@ -138,7 +118,7 @@ def replace_classifier(network, num_classes, image_shape):
 
 
 def fine_tune(config, metrics_path=None):
-    """Fine-tune the pretrained network a checked :class:`~mxfp16.config.FineTuneConfig` names.
+    """Fine-tune the pretrained network a checked :class:`~mxfp16.train.config.FineTuneConfig` names.
 
     The backbone (every parameter but the new classifier's) is frozen with
     ``config.freeze_backbone``, else trained at ``config.lr_mult`` times the learning rate.
@@ -146,12 +126,12 @@ def fine_tune(config, metrics_path=None):
     Returns
     -------
     dict
-        The last epoch record, as :func:`mxfp16.training.train` returns it.
+        The last epoch record, as :func:`mxfp16.train.loop.train` returns it.
 
     Raises
     ------
     ValueError, FileNotFoundError
-        For a missing or unusable pretrained network, or any error :func:`~mxfp16.training.train`
+        For a missing or unusable pretrained network, or any error :func:`~mxfp16.train.loop.train`
         raises.
     """
     if config.pretrained_model:
@@ -168,4 +148,4 @@ def fine_tune(config, metrics_path=None):
     log.info("fine-tuning %s: new %d-class classifier %s; backbone of %d parameters %s", source,
              config.num_classes, ", ".join(head), len(backbone),
              "frozen" if config.freeze_backbone else f"at {config.lr_mult:g} x the learning rate")
-    return train(config, network=network, metrics_path=metrics_path, name=source)
+    return train(config, network=network, metrics_path=metrics_path)

@@ -15,7 +15,7 @@ import time
 import mxnet as mx
 from tqdm import tqdm
 
-from .loss_scaling import LossScaleCollapse
+from .metrics import Accuracy, MeanLoss
 
 #: Logger of every mxfp16 module; :func:`run_logging` attaches the handlers here.
 LOGGER_NAME = "mxfp16"
@@ -154,6 +154,9 @@ def _is_power_of_two(number):
 class EpochMeter:
     """Bookkeeping of one training epoch: loss, accuracy, speed, skipped steps, bar and batch logs.
 
+    Loss and accuracy accumulate without waiting on the device (:mod:`mxfp16.train.metrics`); they
+    are read back every ``disp_batches`` batches and at the end of the epoch only.
+
     Parameters
     ----------
     epoch : int
@@ -171,20 +174,18 @@ class EpochMeter:
     def __init__(self, epoch, num_batches, scaler, disp_batches=20, metrics_log=None):
         self.epoch, self.scaler, self.disp_batches = epoch, scaler, disp_batches
         self.metrics_log = metrics_log
-        self.accuracy = mx.metric.Accuracy()
-        self.loss_sum, self.loss_count, self.samples, self.batches = 0.0, 0, 0, 0
+        self.accuracy = Accuracy(top_k=1, num_classes=1)
+        self.loss = MeanLoss()
+        self.samples, self.batches = 0, 0
         self.skipped_at_start = scaler.num_skipped
         self.bar = progress_bar(num_batches, f"epoch {epoch}")
         self.tic = time.time()
 
     def update(self, labels, outputs, losses, updated, lr, num_update):
-        """Record one step: hard ``labels`` and ``outputs`` (lists per device), per-sample ``losses``
-        (NDArrays), whether the step ``updated``, the learning rate and the update count."""
+        """Record one step: ``labels``, ``outputs`` and per-sample ``losses`` (lists over devices),
+        whether the step ``updated``, the learning rate and the update count."""
         self.accuracy.update(labels, outputs)
-        values = [v for loss in losses for v in loss.asnumpy().ravel().tolist()]
-        if all(map(math.isfinite, values)):
-            self.loss_sum += sum(values)
-            self.loss_count += len(values)
+        self.loss.update(losses)
         self.samples += sum(label.shape[0] for label in labels)
         self.batches += 1
         if not updated and _is_power_of_two(self.scaler.consecutive_skips):
@@ -193,22 +194,18 @@ class EpochMeter:
                         self.scaler.loss_scale, self.scaler.consecutive_skips,
                         self.scaler.num_skipped)
         self.bar.update(1)
-        self.bar.set_postfix(loss="%.3f" % self.mean_loss, scale="%g" % self.scaler.loss_scale)
         if self.batches % self.disp_batches == 0:
             self._log_batch(lr, num_update)
 
-    @property
-    def mean_loss(self):
-        """Mean training loss over the finite steps so far (NaN before any)."""
-        return self.loss_sum / self.loss_count if self.loss_count else float("nan")
-
     def _log_batch(self, lr, num_update):
+        mean_loss = self.loss.get()
         speed = self.samples / max(time.time() - self.tic, 1e-9)
+        self.bar.set_postfix(loss="%.3f" % mean_loss, scale="%g" % self.scaler.loss_scale)
         log.info("Epoch[%d] Batch[%d] speed %.1f img/s loss %.4f accuracy %.4f lr %.5g "
-                 "loss scale %g", self.epoch, self.batches, speed, self.mean_loss,
-                 self.accuracy.get()[1], lr, self.scaler.loss_scale)
+                 "loss scale %g", self.epoch, self.batches, speed, mean_loss,
+                 self.accuracy.get()[0], lr, self.scaler.loss_scale)
         if self.metrics_log:
-            self.metrics_log.scalars({"loss": self.mean_loss, "lr": lr, "img_per_sec": speed,
+            self.metrics_log.scalars({"loss": mean_loss, "lr": lr, "img_per_sec": speed,
                                       "loss_scale": self.scaler.loss_scale}, num_update, "batch")
 
     def close(self):
@@ -217,7 +214,7 @@ class EpochMeter:
         mx.nd.waitall()
         elapsed = max(time.time() - self.tic, 1e-9)
         self.bar.close()
-        return {"train_loss": self.mean_loss, "train_acc": self.accuracy.get()[1],
+        return {"train_loss": self.loss.get(), "train_acc": self.accuracy.get()[0],
                 "img_per_sec": self.samples / elapsed, "batches": self.batches,
                 "skipped_steps": self.scaler.num_skipped - self.skipped_at_start}
 
@@ -238,75 +235,15 @@ def run_files(log_file=None, model_prefix=None):
     return log_file, os.path.join(os.path.dirname(log_file), "metrics.jsonl")
 
 
-def error_line(error):
-    """An exception as the one line a script prints on stderr: ``error: <message>``."""
-    return "error: " + " ".join(str(error).split())
-
-
-def _value(number, digits=4):
+def format_value(number, digits=4):
     return "n/a" if number is None or not math.isfinite(number) else f"{number:.{digits}f}"
 
 
 def epoch_line(record, top_k):
-    """The log line of an epoch record (see ``mxfp16.training.run_epochs``)."""
-    return (f"Epoch[{record['epoch']}] train loss {_value(record['train_loss'])} accuracy "
-            f"{_value(record['train_acc'])} | validation top-1 {_value(record['top1'])} top-{top_k} "
-            f"{_value(record['topk'])} | {record['img_per_sec']:.1f} img/s | lr "
+    """The log line of an epoch record (see :func:`mxfp16.train.loop.fit`)."""
+    return (f"Epoch[{record['epoch']}] train loss {format_value(record['train_loss'])} accuracy "
+            f"{format_value(record['train_acc'])} | validation top-1 "
+            f"{format_value(record['top1'])} top-{top_k} {format_value(record['topk'])} | "
+            f"{record['img_per_sec']:.1f} img/s | lr "
             f"{record['lr']:.5g} | loss scale {record['loss_scale']:g} | skipped steps "
             f"{record['skipped_steps']} (run total {record['num_skipped']})")
-
-
-def summary_line(network, dtype, api, record, top_k):
-    """The one-line summary a run ends with.
-
-    Examples
-    --------
-    >>> record = {'epoch': 1, 'top1': 0.75, 'topk': 1.0, 'img_per_sec': 812.3, 'loss_scale': 65536.0,
-    ...           'num_skipped': 2}
-    >>> summary_line('resnet50_v1', 'float16', 'gluon', record, top_k=5)
-    'resnet50_v1 float16 (gluon): 2 epochs, top-1 0.7500, top-5 1.0000, 812.3 img/s, loss scale 65536, 2 skipped steps'
-    """
-    epochs = record.get("epoch", -1) + 1
-    return (f"{network} {dtype} ({api}): {epochs} epoch{'s' if epochs != 1 else ''}, top-1 "
-            f"{_value(record.get('top1'))}, top-{top_k} {_value(record.get('topk'))}, "
-            f"{record.get('img_per_sec', 0.0):.1f} img/s, loss scale "
-            f"{record.get('loss_scale', 1.0):g}, {record.get('num_skipped', 0)} skipped steps")
-
-
-def run_job(parser, config_type, job, argv=None):
-    """The body of a training script: parse, check, log, run; return the exit code.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-        The script's parser (its usage errors exit 2 with one line).
-    config_type : type
-        A config dataclass (:class:`mxfp16.config.TrainConfig` or ``FineTuneConfig``) built from the
-        parsed flags and checked with its ``checked()``.
-    job : callable
-        ``job(config, metrics_path=...) -> record``, the run itself (``mxfp16.training.train``,
-        ``mxfp16.finetune.fine_tune``).
-    argv : list of str or None
-        The arguments (default: ``sys.argv[1:]``).
-
-    Returns
-    -------
-    int
-        0 after printing the one-line summary; 2 after printing one ``error: ...`` line for bad
-        input, a failed checkpoint or a collapsed loss scale; argparse's code for ``--help``.
-    """
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_request:  # --help, or a usage error already printed
-        return exit_request.code
-    try:
-        config = config_type(**vars(args)).checked()
-        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
-        with run_logging(log_file):
-            record = job(config, metrics_path=metrics_path)
-    except (ValueError, OSError, LossScaleCollapse) as error:
-        print(error_line(error), file=sys.stderr)
-        return 2
-    name = getattr(config, "pretrained_model", None) or config.network
-    print(summary_line(name, config.dtype, config.api, record, config.top_k))
-    return 0

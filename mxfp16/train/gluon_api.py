@@ -1,0 +1,151 @@
+"""The Gluon side of the training loop (``--api gluon``): a cast ``SymbolBlock`` and a Trainer.
+
+The network's float32 graph becomes a ``SymbolBlock`` cast with :func:`mxfp16.cast_block`
+(float16 weights, float32 normalization and outputs, the data cast to float16 on the device); the
+Trainer keeps float32 master weights (:func:`mxfp16.make_trainer`) and the loss scaler drives every
+step.  :mod:`mxfp16.train.loop` runs it through the methods :class:`GluonAPI` shares with
+:class:`mxfp16.train.module_api.ModuleAPI`.
+"""
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from ..casting import cast_block
+from ..models import DATA_INPUT, block_to_network
+from ..optimizers import NO_WD_SUFFIXES, make_trainer
+
+#: Optimizer settings a resumed run takes from the command line, not from the checkpoint's pickled
+#: optimizer, so both APIs resume alike (the schedule follows --num-epochs, which may be extended).
+COMMAND_LINE_SETTINGS = ("lr", "wd", "momentum", "lr_scheduler")
+
+
+def gluon_network(network, ctx, dtype, no_wd=False):
+    """A hybridized Gluon network for ``network``: ``(block, net)``.
+
+    Parameters
+    ----------
+    network : mxfp16.models.Network
+        Graph and values; ``fixed_param_names`` get ``grad_req='null'``, ``lr_mult`` sets each
+        parameter's ``lr_mult``.
+    ctx : list of Context
+    dtype : {'float32', 'float16', 'bfloat16'}
+    no_wd : bool
+        ``wd_mult=0`` on biases and BatchNorm's gamma and beta.
+
+    Returns
+    -------
+    tuple
+        ``block``, the ``SymbolBlock`` whose parameters are trained (cast in place to ``dtype``,
+        normalization kept float32), and ``net``, the cast network to call.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxfp16.models import new_network
+    >>> block, net = gluon_network(new_network('mobilenet0.25', 4, (3, 32, 32)), [mx.cpu()],
+    ...                            'float16')
+    >>> block.collect_params()['mobilenet0_conv0_weight'].dtype.__name__
+    'float16'
+    >>> net(mx.nd.zeros((2, 3, 32, 32))).dtype.__name__
+    'float32'
+    """
+    block = gluon.SymbolBlock(network.symbol, [mx.sym.var(DATA_INPUT, dtype="float32")])
+    params = block.collect_params()
+    params.load_dict({**network.arg_params, **network.aux_params}, ctx=ctx)
+    for name, param in params.items():
+        if name in network.fixed_param_names:
+            param.grad_req = "null"
+        param.lr_mult = network.lr_mult.get(name, 1.0)
+        if no_wd and name.endswith(NO_WD_SUFFIXES):
+            param.wd_mult = 0.0
+    net = cast_block(block, dtype)
+    net.hybridize(static_alloc=True, static_shape=True)
+    return block, net
+
+
+def load_trainer_states(trainer, states_path):
+    """``trainer.load_states``, keeping the settings of :data:`COMMAND_LINE_SETTINGS`.
+
+    The checkpoint restores the optimizer state and the update count (the schedule's position).
+    """
+    fresh = trainer.optimizer
+    trainer.load_states(states_path)
+    for name in COMMAND_LINE_SETTINGS:
+        if hasattr(fresh, name):
+            setattr(trainer.optimizer, name, getattr(fresh, name))
+
+
+class GluonAPI:
+    """Forward, scaled backward and update of a Gluon network on one or more devices.
+
+    Parameters
+    ----------
+    network : mxfp16.models.Network
+        The float32 network and its starting values.
+    scaler : mxfp16.LossScaler
+        Drives every step (a disabled one for float32 and bfloat16).
+    ctx : list of Context
+        The batch is split over these devices; gradients are aggregated by the Trainer's kvstore.
+    dtype : {'float32', 'float16', 'bfloat16'}
+    kvstore : str or KVStore
+    optimizer : str
+    optimizer_params : dict
+        For :func:`mxfp16.make_optimizer` (see :func:`mxfp16.train.schedule.optimizer_params`).
+    soft_targets : bool
+        Train on ``(N, K)`` targets (label smoothing, mixup) instead of class labels.
+    no_wd : bool
+        No weight decay on biases and BatchNorm's gamma and beta.
+    states_path : str, optional
+        A checkpoint's Trainer state to restore.
+    """
+
+    name = "gluon"
+
+    def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
+                 soft_targets=False, no_wd=False, states_path=None):
+        self.network, self.scaler, self.ctx = network, scaler, ctx
+        self.block, self.net = gluon_network(network, ctx, dtype, no_wd)
+        self.trainer = make_trainer(self.block.collect_params(), optimizer, dtype, kvstore=kvstore,
+                                    **optimizer_params)
+        if states_path:
+            load_trainer_states(self.trainer, states_path)
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=not soft_targets)
+
+    @property
+    def optimizer(self):
+        return self.trainer.optimizer
+
+    def split(self, array):
+        """A batch's array split over the devices (the pieces :meth:`train_step` takes)."""
+        return gluon.utils.split_and_load(array, self.ctx)
+
+    def train_step(self, data, targets, batch_size):
+        """Forward, scaled backward and ``scaler.step`` (update, or skip on overflow).
+
+        Parameters
+        ----------
+        data, targets : list of NDArray
+            One piece per device (:meth:`split`).
+        batch_size : int
+            Samples behind the gradients (all workers').
+
+        Returns
+        -------
+        tuple
+            ``(outputs, losses, updated)``: logits and per-sample losses per device, and whether
+            the update ran.
+        """
+        with autograd.record():
+            outputs = [self.net(x) for x in data]
+            losses = [self.loss_fn(out, target) for out, target in zip(outputs, targets)]
+            scaled = self.scaler.scale(losses)
+        autograd.backward(scaled)
+        return outputs, losses, self.scaler.step(self.trainer, batch_size)
+
+    def predict(self, data):
+        """Class scores of a batch (inference mode), one piece per device of :meth:`split`."""
+        return [self.net(x) for x in self.split(data)]
+
+    def snapshot(self):
+        """``(network, save_states)``: the float32 network with its current values, and the
+        function that writes the optimizer state to a path."""
+        return block_to_network(self.block), self.trainer.save_states

@@ -1,0 +1,285 @@
+"""The training loop of both APIs: ``train`` runs a whole :class:`~mxfp16.train.config.TrainConfig`.
+
+One loop serves Gluon and Module.  What differs between them — forward, backward and update,
+prediction, the state a checkpoint saves — sits behind the small classes
+:class:`~mxfp16.train.gluon_api.GluonAPI` and :class:`~mxfp16.train.module_api.ModuleAPI`;
+the batches, targets, metrics, logs, evaluation, schedule and checkpoints are this module's.
+
+Float16 recipe: the network is cast (:func:`mxfp16.cast_block` / :func:`mxfp16.cast_symbol`), the
+optimizer keeps float32 master weights (:func:`mxfp16.make_optimizer`), and a loss scaler drives
+every step, counting the skipped ones.  float32 and bfloat16 use a disabled scaler by default: the
+same loop, no branches.  A step waits on the device at most once: for the overflow decision of an
+enabled loss scaler; the metrics are read back every ``--disp-batches`` batches.
+"""
+import logging
+import random
+
+import mxnet as mx
+import numpy as np
+
+from ..kvstore import make_kvstore
+from ..loss_scaling import make_loss_scaler
+from ..models import new_network
+from .checkpoint import resume_run, save_checkpoint
+from .config import contexts
+from .data import load_data
+from .gluon_api import GluonAPI
+from .logs import EpochMeter, MetricsLog, epoch_line
+from .metrics import Accuracy, make_targets, mixup_data
+from .module_api import ModuleAPI
+from .schedule import next_learning_rate, optimizer_params
+
+log = logging.getLogger("mxfp16.train")
+
+
+def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, epoch=0,
+                    smoothing=0.0, mixup_alpha=0.0, disp_batches=20, metrics_log=None, seed=0):
+    """Train one epoch (at most ``num_batches`` batches) through ``api``.
+
+    Parameters
+    ----------
+    api : GluonAPI or ModuleAPI
+    train_data : mx.io.DataIter
+        Reset at the start.
+    num_classes : int
+    batch_size : int
+        Samples per step over all devices and workers (the optimizer divides the gradients by it).
+    num_batches : int
+    epoch : int
+        For the logs, and the mixup generator's seed.
+    smoothing : float
+        Label smoothing.
+    mixup_alpha : float
+        Mix each batch with ``lam ~ Beta(alpha, alpha)`` (0: no mixup), drawn from a generator
+        seeded by ``seed + epoch``, so a resumed run draws the same.
+    disp_batches : int
+        Log every ``disp_batches`` batches.
+    metrics_log : mxfp16.train.logs.MetricsLog, optional
+        Receives per-batch TensorBoard scalars.
+    seed : int
+
+    Returns
+    -------
+    dict
+        ``train_loss``, ``train_acc``, ``img_per_sec``, ``skipped_steps``, ``batches``.
+
+    Raises
+    ------
+    mxfp16.LossScaleCollapse
+        When steps keep overflowing at the minimum loss scale.
+
+    Examples
+    --------
+    >>> import mxnet as mx, mxfp16
+    >>> from mxnet.gluon import nn
+    >>> from mxfp16.models import block_to_network
+    >>> from mxfp16.train.data import synthetic_iter
+    >>> mlp = nn.HybridSequential(prefix='mlp_')
+    >>> with mlp.name_scope():
+    ...     mlp.add(nn.Flatten(), nn.Dense(4, in_units=48))
+    >>> mlp.initialize()
+    >>> api = GluonAPI(block_to_network(mlp), mxfp16.StaticLossScaler(2.0 ** 8), ctx=[mx.cpu()],
+    ...                dtype='float16', kvstore='device', optimizer='sgd',
+    ...                optimizer_params={'learning_rate': 0.1})
+    >>> stats = train_one_epoch(api, synthetic_iter(8, (3, 4, 4), 4, 5), num_classes=4,
+    ...                         batch_size=8, num_batches=5)
+    >>> stats['batches'], stats['skipped_steps'], api.optimizer.num_update
+    (5, 0, 5)
+    """
+    soft = bool(smoothing or mixup_alpha)
+    rng = np.random.RandomState(seed + epoch)
+    meter = EpochMeter(epoch, num_batches, api.scaler, disp_batches, metrics_log)
+    train_data.reset()
+    for _, batch in zip(range(num_batches), train_data):
+        mixup_lambda = rng.beta(mixup_alpha, mixup_alpha) if mixup_alpha else None
+        data, labels = api.split(batch.data[0]), api.split(batch.label[0])
+        targets = [make_targets(y, num_classes, smoothing, mixup_lambda) for y in labels] \
+            if soft else labels
+        if mixup_lambda is not None:
+            data = [mixup_data(x, mixup_lambda) for x in data]
+        outputs, losses, updated = api.train_step(data, targets, batch_size)
+        meter.update(labels, outputs, losses, updated, next_learning_rate(api.optimizer),
+                     api.optimizer.num_update)
+    return meter.close()
+
+
+def evaluate(api, val_data, *, top_k, num_classes):
+    """Top-1 and top-k accuracy on ``val_data`` (padding left out), or ``(None, None)`` without it.
+
+    Examples
+    --------
+    >>> import mxnet as mx, mxfp16
+    >>> from mxnet.gluon import nn
+    >>> from mxfp16.models import block_to_network
+    >>> from mxfp16.train.data import synthetic_iter
+    >>> net = nn.Dense(3, in_units=12, prefix='fc_')
+    >>> net.initialize()
+    >>> api = GluonAPI(block_to_network(net), mxfp16.StaticLossScaler(1, enabled=False),
+    ...                ctx=[mx.cpu()], dtype='float32', kvstore='device', optimizer='sgd',
+    ...                optimizer_params={})
+    >>> top1, top3 = evaluate(api, synthetic_iter(4, (3, 2, 2), 3, 2), top_k=5, num_classes=3)
+    >>> top3
+    1.0
+    """
+    if val_data is None:
+        return None, None
+    accuracy = Accuracy(top_k, num_classes)
+    val_data.reset()
+    for batch in val_data:
+        accuracy.update([batch.label[0]], api.predict(batch.data[0]), batch.pad)
+    return accuracy.get()
+
+
+def run_status(api):
+    """Learning rate, loss scale, skipped steps and update count, for the epoch records."""
+    return {"lr": next_learning_rate(api.optimizer), "loss_scale": api.scaler.loss_scale,
+            "num_skipped": api.scaler.num_skipped, "num_update": api.optimizer.num_update}
+
+
+def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_period=1,
+        metrics_log=None, save=None):
+    """The epoch loop: train, validate, log, checkpoint, from ``begin_epoch`` to ``num_epochs``.
+
+    Parameters
+    ----------
+    api : GluonAPI or ModuleAPI
+    data : mxfp16.train.data.TrainData
+    begin_epoch, num_epochs : int
+    epoch_settings : dict
+        Keyword arguments of :func:`train_one_epoch` (``num_classes``, ``batch_size``, ...).
+    top_k : int
+    save_period : int
+        Save every ``save_period`` epochs, and after the last.
+    metrics_log : mxfp16.train.logs.MetricsLog, optional
+        Gets a ``start`` record and one ``epoch`` record per epoch.
+    save : callable, optional
+        ``save(epochs_done, record, network, save_states)`` writes a checkpoint.
+
+    Returns
+    -------
+    dict
+        The last epoch's record: ``epoch``, ``train_loss``, ``train_acc``, ``top1``, ``topk``,
+        ``img_per_sec``, ``lr``, ``loss_scale``, ``num_skipped``, ``num_update``, ...
+    """
+    metrics_log = metrics_log or MetricsLog()
+    record = dict(event="start", epoch=begin_epoch, **run_status(api))
+    log.info("starting at epoch %d: lr %.5g, loss scale %g, %d updates done", begin_epoch,
+             record["lr"], record["loss_scale"], record["num_update"])
+    metrics_log.write(record, step=begin_epoch, group="start")
+    for epoch in range(begin_epoch, num_epochs):
+        stats = train_one_epoch(api, data.train, num_batches=data.batches_per_epoch, epoch=epoch,
+                                metrics_log=metrics_log, **epoch_settings)
+        top1, topk = evaluate(api, data.val, top_k=top_k,
+                              num_classes=epoch_settings["num_classes"])
+        record = dict(event="epoch", epoch=epoch, **stats, top1=top1, topk=topk, **run_status(api))
+        log.info(epoch_line(record, top_k))
+        metrics_log.write(record, step=epoch)
+        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs):
+            save(epoch + 1, record, *api.snapshot())
+    return record
+
+
+def checkpoint_saver(prefix, scaler, config_dict):
+    """A function ``save(epochs_done, record, network, save_states)`` that writes a checkpoint under
+    ``prefix`` with :func:`mxfp16.train.checkpoint.save_checkpoint`: the network, the optimizer
+    state, the scaler's state, the update count, the learning rate, the epoch record and the
+    configuration."""
+    def save(epochs_done, record, network, save_states):
+        paths = save_checkpoint(prefix, epochs_done, network, save_states, scaler,
+                                num_update=record["num_update"], lr=record["lr"], metrics=record,
+                                config=config_dict)
+        log.info("saved checkpoint %s", paths.meta[:-len(".json")])
+    return save
+
+
+def _warn_batch_size(batch_size, dtype):
+    if dtype == "float16" and batch_size % 8:
+        log.warning("--batch-size %d is not a multiple of 8: float16 Tensor Cores run fastest on "
+                    "multiples of 8", batch_size)
+
+
+def _make_api(config, network, scaler, data, *, ctx, kvstore, start):
+    """The :class:`GluonAPI` or :class:`ModuleAPI` of ``config.api``, its optimizer positioned at
+    ``start``."""
+    params = optimizer_params(
+        optimizer=config.optimizer, lr=config.lr, mom=config.mom, wd=config.wd,
+        lr_mode=config.lr_mode, lr_step_epochs=config.lr_step_epochs, lr_factor=config.lr_factor,
+        warmup_epochs=config.warmup_epochs, num_epochs=config.num_epochs,
+        batches_per_epoch=data.batches_per_epoch, num_update=start.num_update)
+    common = dict(ctx=ctx, dtype=config.dtype, kvstore=kvstore, optimizer=config.optimizer,
+                  optimizer_params=params, soft_targets=bool(config.label_smoothing or config.mixup),
+                  no_wd=config.no_wd, states_path=start.states_path)
+    if config.api == "gluon":
+        return GluonAPI(network, scaler, **common)
+    return ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
+                     num_classes=config.num_classes, **common)
+
+
+def _epoch_settings(config, num_workers):
+    return dict(num_classes=config.num_classes, batch_size=config.batch_size * num_workers,
+                smoothing=config.label_smoothing,
+                mixup_alpha=config.mixup_alpha if config.mixup else 0.0,
+                disp_batches=config.disp_batches, seed=config.seed)
+
+
+def train(config, network=None, metrics_path=None):
+    """Run the training a checked :class:`~mxfp16.train.config.TrainConfig` describes.
+
+    Parameters
+    ----------
+    config : TrainConfig
+        From ``TrainConfig(...).checked()``.
+    network : mxfp16.models.Network, optional
+        The float32 network to train (fine-tuning builds one); default: a new ``config.network``.
+    metrics_path : str, optional
+        ``metrics.jsonl`` to append the records to: a ``start`` record, then one per epoch.
+
+    Returns
+    -------
+    dict
+        The last epoch record (see :func:`fit`).
+
+    Raises
+    ------
+    ValueError
+        (``DataError``, ``CheckpointError``) for bad data, flags or checkpoints.
+    mxfp16.LossScaleCollapse
+        When steps keep overflowing at the minimum loss scale.
+    """
+    try:
+        scaler = make_loss_scaler(config.loss_scale, config.dtype,
+                                  max_consecutive_skips=config.max_consecutive_skips)
+    except ValueError as error:
+        raise ValueError(f"--loss-scale: {error}") from None
+    ctx = contexts(config.gpus)
+    kvstore, rank, num_workers = make_kvstore(config.kv_store)
+    for seed in (random.seed, np.random.seed, mx.random.seed):
+        seed(config.seed)
+    data = load_data(**_data_settings(config), num_parts=num_workers, part_index=rank)
+    if network is None:
+        network = new_network(config.network, config.num_classes, config.image_shape)
+    network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
+                                optimizer=config.optimizer, num_epochs=config.num_epochs,
+                                model_prefix=config.model_prefix)
+    _warn_batch_size(config.batch_size, config.dtype)
+    log.info("training %s in %s with the %s API on %s (%d worker(s)): %s, %d batches of %d "
+             "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
+             num_workers, data.description, data.batches_per_epoch, config.batch_size)
+    api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start)
+    save = checkpoint_saver(config.model_prefix, scaler, config.to_dict()) \
+        if config.model_prefix and rank == 0 else None
+    with MetricsLog(metrics_path if rank == 0 else None,
+                    config.tensorboard if rank == 0 else None) as metrics_log:
+        return fit(api, data, begin_epoch=start.begin_epoch, num_epochs=config.num_epochs,
+                   epoch_settings=_epoch_settings(config, num_workers), top_k=config.top_k,
+                   save_period=config.save_period, metrics_log=metrics_log, save=save)
+
+
+def _data_settings(config):
+    return dict(batch_size=config.batch_size, image_shape=tuple(config.image_shape),
+                num_classes=config.num_classes, data_train=config.data_train,
+                data_train_idx=config.data_train_idx, data_val=config.data_val,
+                data_val_idx=config.data_val_idx, data_dir=config.data_dir,
+                val_fraction=config.val_fraction, synthetic=config.synthetic,
+                num_examples=config.num_examples, num_threads=config.data_nthreads,
+                seed=config.seed, max_batches=config.max_batches)

@@ -1,0 +1,70 @@
+"""The command-line runner of the training scripts: parse, check, log, run, and end with one line.
+
+A run ends with the one-line summary on stdout (exit code 0) or with one ``error: ...`` line on
+stderr (exit code 2) for every error a user can fix: bad flags, data or checkpoints, a collapsed
+loss scale.  Programming errors still raise, with their traceback.
+"""
+import sys
+
+from ..loss_scaling import LossScaleCollapse
+from .logs import format_value, run_files, run_logging
+
+
+def error_line(error):
+    """An exception as the one line a script prints on stderr: ``error: <message>``."""
+    return "error: " + " ".join(str(error).split())
+
+
+def summary_line(network, dtype, api, record, top_k):
+    """The one-line summary a run ends with.
+
+    Examples
+    --------
+    >>> record = {'epoch': 1, 'top1': 0.75, 'topk': 1.0, 'img_per_sec': 812.3, 'loss_scale': 65536.0,
+    ...           'num_skipped': 2}
+    >>> print(summary_line('resnet50_v1', 'float16', 'gluon', record, top_k=5))  # doctest: +ELLIPSIS
+    resnet50_v1 float16 (gluon): 2 epochs, top-1 0.7500, top-5 1.0000, 812.3 img/s, ... 2 skipped steps
+    """
+    epochs = record.get("epoch", -1) + 1
+    return (f"{network} {dtype} ({api}): {epochs} epoch{'s' if epochs != 1 else ''}, top-1 "
+            f"{format_value(record.get('top1'))}, top-{top_k} {format_value(record.get('topk'))}, "
+            f"{record.get('img_per_sec', 0.0):.1f} img/s, loss scale "
+            f"{record.get('loss_scale', 1.0):g}, {record.get('num_skipped', 0)} skipped steps")
+
+
+def run_job(parser, config_type, job, argv=None):
+    """The body of a training script: parse, check, log, run; return the exit code.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The script's parser (its usage errors exit 2 with one line).
+    config_type : type
+        A config dataclass (:class:`mxfp16.train.config.TrainConfig` or ``FineTuneConfig``) built from the
+        parsed flags and checked with its ``checked()``.
+    job : callable
+        ``job(config, metrics_path=...) -> record``, the run itself (``mxfp16.train.loop.train``,
+        ``mxfp16.train.finetune.fine_tune``).
+    argv : list of str or None
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 after printing the one-line summary; 2 after printing one ``error: ...`` line for bad
+        input, a failed checkpoint or a collapsed loss scale; argparse's code for ``--help``.
+    """
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # --help, or a usage error already printed
+        return exit_request.code
+    try:
+        config = config_type(**vars(args)).checked()
+        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
+        with run_logging(log_file):
+            record = job(config, metrics_path=metrics_path)
+    except (ValueError, OSError, LossScaleCollapse) as error:
+        print(error_line(error), file=sys.stderr)
+        return 2
+    print(summary_line(config.run_name, config.dtype, config.api, record, config.top_k))
+    return 0
