@@ -1,19 +1,37 @@
-"""Loss scaling, static and dynamic, for Gluon Trainers (and, through :mod:`mxfp16.module`, Modules).
+"""Loss scaling, static and dynamic, for Gluon Trainers (and through :mod:`mxfp16.module`, Modules).
 
 A scaler owns the whole sequence: ``scale(loss)`` -> backward -> optional ``clip_global_norm`` or
 ``unscale`` -> ``step`` (aggregate, check every gradient for inf/NaN, skip or update with the scale
-undone through ``rescale_grad``) -> scale update.  With ``enabled=False`` every method passes through,
-so a training loop needs no ``if float16:`` branches.
+undone through ``rescale_grad``) -> scale update.  With ``enabled=False`` every method passes
+through, so a training loop needs no ``if float16:`` branches.
+
+A dynamic scaler started with ``init_scale='auto'`` takes its first step at scale 1, measures the
+largest aggregated gradient, and starts at :func:`recommend_loss_scale` of it, the same rule the
+report's recommendation follows; then it grows and backs off as usual.
 """
 import math
 
 import mxnet as mx
 
 from . import mxnet_internals
+from .grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
 from .kvstore import sync_initial_weights
+from .loss_scale_settings import (check_dynamic_settings, check_positive, check_whole, is_auto,
+                                  parse_loss_scale)
 
-#: Gradients checked per ``multi_all_finite`` call (one fused kernel per chunk).
-_FINITE_CHECK_CHUNK = 128
+#: float16's largest finite value: a scaled gradient above it becomes inf.
+FLOAT16_MAX = 65504.0
+
+#: Headroom between the largest scaled gradient measured and 65504: 8x (three doublings), because
+#: one measurement (a few report steps on random data, or a run's first step) sees smaller maxima
+#: than the steps that follow.
+DEFAULT_HEADROOM = 8.0
+
+#: The largest loss scale (apex's and MXNet AMP's maximum).
+MAX_LOSS_SCALE = 2.0 ** 24
+
+#: The classic fixed start of dynamic scaling (PyTorch's and apex's), DynamicLossScaler's default.
+CLASSIC_INIT_SCALE = 2.0 ** 16
 
 
 class LossScaleCollapse(RuntimeError):
@@ -30,39 +48,43 @@ def _first_step_setup(trainer):
         sync_initial_weights(trainer)
 
 
-def _trainer_grads(trainer):
-    """Every gradient array of a Trainer's parameters: ``[[param0 on dev0, on dev1, ...], ...]``."""
-    return [param.list_grad() for param in mxnet_internals.trainer_params(trainer) if param.grad_req != "null"]
+def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_SCALE):
+    """The largest power of two with ``max_abs * scale * headroom <= 65504``, within [1, max_scale].
 
-
-def all_finite(arrays):
-    """Whether every value of every array is finite (one host sync).
+    The report's recommended static scale and the ``'auto'`` start of :class:`DynamicLossScaler`.
+    1 when ``max_abs`` is inf or NaN (the gradients overflow at scale 1 already).
 
     Parameters
     ----------
-    arrays : list of NDArray
-        Any dtypes and devices.
+    max_abs : float
+        The largest gradient magnitude seen at loss scale 1.
+    headroom : float
+        Factor kept between the largest scaled gradient and float16's maximum.
+    max_scale : float
 
     Returns
     -------
-    bool
+    float
+
+    Raises
+    ------
+    ValueError
+        If ``headroom`` is smaller than 1.
 
     Examples
     --------
-    >>> import mxnet as mx
-    >>> all_finite([mx.nd.ones(3), mx.nd.array([1, float('inf')], dtype='float16')])
-    False
+    >>> recommend_loss_scale(1.0), recommend_loss_scale(3.0), recommend_loss_scale(0.0)
+    (4096.0, 2048.0, 16777216.0)
     """
-    groups = {}  # multi_all_finite wants one device and one dtype per call
-    for array in arrays:
-        groups.setdefault((array.context, array.dtype), []).append(array)
-    flags = []
-    for group in groups.values():
-        for start in range(0, len(group), _FINITE_CHECK_CHUNK):
-            chunk = group[start:start + _FINITE_CHECK_CHUNK]
-            flag = mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=True)
-            flags.append(flag.as_in_context(mx.cpu()))
-    return all(bool(flag.asscalar()) for flag in flags)
+    if not headroom >= 1:
+        raise ValueError(f"headroom must be >= 1 (a factor below float16's maximum), "
+                         f"got {headroom!r}")
+    if not math.isfinite(max_abs):  # gradients overflow even unscaled: no scale helps
+        return 1.0
+    if not max_abs > 0 or max_abs * headroom * max_scale <= FLOAT16_MAX:
+        return float(max_scale)
+    exponent = math.frexp(FLOAT16_MAX / (headroom * max_abs))[1] - 1  # floor(log2), exactly
+    return float(min(max(2.0 ** exponent, 1.0), max_scale))
 
 
 class LossScaler:
@@ -82,10 +104,8 @@ class LossScaler:
     state_dict_key = "loss_scaler"
 
     def __init__(self, scale, enabled=True, max_consecutive_skips=200):
-        _check_positive("scale", scale)
-        if int(max_consecutive_skips) != max_consecutive_skips or max_consecutive_skips < 1:
-            raise ValueError(f"max_consecutive_skips must be a whole number >= 1, "
-                             f"got {max_consecutive_skips!r}")
+        check_positive("scale", scale)
+        check_whole("max_consecutive_skips", max_consecutive_skips)
         self.enabled = bool(enabled)
         self.max_consecutive_skips = int(max_consecutive_skips)
         self._scale = float(scale)
@@ -101,6 +121,11 @@ class LossScaler:
         """The current loss scale (1.0 when disabled)."""
         return self._scale if self.enabled else 1.0
 
+    @property
+    def needs_start(self):
+        """Whether the scale waits for its ``'auto'`` start (see :class:`DynamicLossScaler`)."""
+        return False
+
     def scale(self, loss):
         """Multiply a loss (an NDArray or a list of them) by the loss scale before ``backward``."""
         if not self.enabled:
@@ -115,6 +140,10 @@ class LossScaler:
             _first_step_setup(trainer)
             trainer.allreduce_grads()
             self._reduced = True
+            self._aggregated(flat_trainer_grads(trainer))
+
+    def _aggregated(self, grads):
+        """Hook: a step's gradients just aggregated, not yet clipped or unscaled."""
 
     def unscale(self, trainer):
         """Divide the gradients by the loss scale in place (for code that reads or clips them).
@@ -130,10 +159,10 @@ class LossScaler:
         if not self.enabled:
             return
         if self._unscaled:
-            raise RuntimeError("unscale() was already called since the last step(): gradients would "
-                               "be divided by the loss scale twice; call it once per step")
+            raise RuntimeError("unscale() was already called since the last step(): gradients "
+                               "would be divided by the loss scale twice; call it once per step")
         self._reduce(trainer)
-        for grads in _trainer_grads(trainer):
+        for grads in trainer_grads(trainer):
             for grad in grads:
                 grad *= 1.0 / self._scale
         self._unscaled = True
@@ -151,9 +180,9 @@ class LossScaler:
         float
             The global norm of the unscaled gradients.
         """
-        _check_positive("max_norm", max_norm)
+        check_positive("max_norm", max_norm)
         self._reduce(trainer)
-        per_param = _trainer_grads(trainer)
+        per_param = trainer_grads(trainer)
         squares = [mx.nd.sum(mx.nd.square(grads[0].astype("float32"))).as_in_context(mx.cpu())
                    for grads in per_param]
         divisor = 1.0 if (self._unscaled or not self.enabled) else self._scale
@@ -166,6 +195,9 @@ class LossScaler:
 
     def step(self, trainer, batch_size):
         """Update the parameters unless a gradient overflowed; then update the loss scale.
+
+        A dynamic scaler waiting for its ``'auto'`` start (:attr:`needs_start`) sets it here from
+        the aggregated gradients, measured before any clipping, and updates with them (scale 1).
 
         Parameters
         ----------
@@ -185,7 +217,7 @@ class LossScaler:
             trainer.step(batch_size)
             return True
         self._reduce(trainer)
-        finite = all_finite([g for grads in _trainer_grads(trainer) for g in grads])
+        finite = all_finite(flat_trainer_grads(trainer))
         used_scale, unscaled = self._scale, self._unscaled
         self._unscaled = self._reduced = False
         self.update(finite)
@@ -194,7 +226,7 @@ class LossScaler:
         return finite
 
     def update(self, finite):
-        """Record one step's outcome and adjust the scale (the module helper calls this directly)."""
+        """Record one step's outcome and adjust the scale (:func:`mxfp16.module_step` calls it)."""
         self.num_steps += 1
         if finite:
             self.consecutive_skips = 0
@@ -221,10 +253,10 @@ class LossScaler:
                 "num_skipped": self.num_skipped, "consecutive_skips": self.consecutive_skips}
 
     def load_state_dict(self, state):
-        """Restore :meth:`state_dict`'s output (missing counters of older checkpoints count from 0)."""
+        """Restore :meth:`state_dict`'s output (counters older checkpoints lack start at 0)."""
         if "loss_scale" not in state:
             raise ValueError(f"not a loss-scaler state: keys {sorted(state)} lack 'loss_scale'")
-        _check_positive("loss_scale", state["loss_scale"])
+        check_positive("loss_scale", state["loss_scale"])
         self._scale = float(state["loss_scale"])
         self.num_steps = int(state.get("num_steps", 0))
         self.num_skipped = int(state.get("num_skipped", 0))
@@ -253,8 +285,12 @@ class DynamicLossScaler(LossScaler):
 
     Parameters
     ----------
-    init_scale : float
-        Starting scale (PyTorch's and apex's 2**16).
+    init_scale : float or 'auto'
+        Starting scale: a number (2**16 is PyTorch's and apex's), or ``'auto'``: the first step
+        runs at scale 1 and measures the largest aggregated gradient ``g``; the scale then starts
+        at :func:`recommend_loss_scale` ``(g)`` (within ``[min_scale, max_scale]``), and that first
+        step updates the weights like any other.  If its gradients overflow even at scale 1, it is
+        skipped and the next step measures again.
     growth_factor : float
         Multiplier after ``growth_interval`` clean steps in a row (> 1).
     backoff_factor : float
@@ -268,6 +304,11 @@ class DynamicLossScaler(LossScaler):
     max_consecutive_skips : int
         Overflowing steps in a row at ``min_scale`` before :class:`LossScaleCollapse`.
 
+    Raises
+    ------
+    ValueError
+        For a setting out of its range, naming it.
+
     Examples
     --------
     >>> scaler = DynamicLossScaler()
@@ -275,28 +316,76 @@ class DynamicLossScaler(LossScaler):
     ...     scaler.update(finite=False)
     >>> scaler.loss_scale == 2 ** 12
     True
+    >>> auto = DynamicLossScaler(init_scale='auto')
+    >>> auto.loss_scale, auto.needs_start
+    (1.0, True)
+    >>> auto.start_from(3.0)  # 3 * 2048 * 8 <= 65504 < 3 * 4096 * 8
+    2048.0
     """
 
-    def __init__(self, init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
-                 growth_interval=2000, min_scale=1.0, max_scale=2.0 ** 24, enabled=True,
+    def __init__(self, init_scale=CLASSIC_INIT_SCALE, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, min_scale=1.0, max_scale=MAX_LOSS_SCALE, enabled=True,
                  max_consecutive_skips=200):
-        super().__init__(init_scale, enabled=enabled, max_consecutive_skips=max_consecutive_skips)
-        _check_positive("min_scale", min_scale)
-        if not growth_factor > 1:
-            raise ValueError(f"growth_factor must be > 1, got {growth_factor!r}")
-        if not 0 < backoff_factor < 1:
-            raise ValueError(f"backoff_factor must be between 0 and 1, got {backoff_factor!r}")
-        if int(growth_interval) != growth_interval or growth_interval < 1:
-            raise ValueError(f"growth_interval must be a whole number >= 1, got {growth_interval!r}")
-        if not min_scale <= init_scale <= max_scale:
-            raise ValueError(f"need min_scale <= init_scale <= max_scale, got {min_scale!r}, "
-                             f"{init_scale!r}, {max_scale!r}")
+        auto = is_auto(init_scale)
+        super().__init__(1.0 if auto else init_scale, enabled=enabled,
+                         max_consecutive_skips=max_consecutive_skips)
+        check_dynamic_settings(init_scale, growth_factor, backoff_factor, growth_interval,
+                                min_scale, max_scale)
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
         self.growth_interval = int(growth_interval)
         self.min_scale = float(min_scale)
         self.max_scale = float(max_scale)
         self.growth_tracker = 0
+        self._start_pending = auto
+        self._start_max = None  # the measurement of the current step, until update()
+
+    @property
+    def needs_start(self):
+        """Whether the ``'auto'`` start is still to be measured (False when disabled)."""
+        return self.enabled and self._start_pending
+
+    def start_from(self, max_abs):
+        """Set the ``'auto'`` start from one step's largest aggregated gradient magnitude.
+
+        For code that checks gradients itself (:func:`mxfp16.module_step`); ``step`` calls it.
+
+        Parameters
+        ----------
+        max_abs : float
+            Over every gradient, after aggregation across devices and workers, of a step taken at
+            the current :attr:`loss_scale`, so every replica starts alike.
+
+        Returns
+        -------
+        float
+            The new loss scale.
+
+        Raises
+        ------
+        RuntimeError
+            If the start is not waiting for a measurement (:attr:`needs_start` is False).
+        """
+        if not self.needs_start:
+            raise RuntimeError("start_from() is for a scaler waiting for its 'auto' start, and "
+                               f"this one is not ({self!r}): create it with init_scale='auto'")
+        start = recommend_loss_scale(max_abs / self._scale, max_scale=self.max_scale)
+        self._scale = max(start, self.min_scale)
+        self._start_pending = False
+        return self._scale
+
+    def _aggregated(self, grads):
+        if self.needs_start:  # measured before clip_global_norm or unscale changes them
+            self._start_max = max_magnitude(grads)
+
+    def update(self, finite):
+        measured, self._start_max = self._start_max, None
+        if finite and self.needs_start:
+            if measured is None:
+                raise RuntimeError("the 'auto' start was not measured this step: call "
+                                   "start_from(max_abs) before update(True), or use step()")
+            self.start_from(measured)
+        super().update(finite)
 
     def _grow(self):
         self.growth_tracker += 1
@@ -309,54 +398,77 @@ class DynamicLossScaler(LossScaler):
         self.growth_tracker = 0
 
     def state_dict(self):
-        return dict(super().state_dict(), growth_tracker=self.growth_tracker)
+        """The state as plain numbers; ``start_pending: True`` only while the ``'auto'`` start
+        waits for its measurement, so a started scaler's state is the classic one."""
+        state = dict(super().state_dict(), growth_tracker=self.growth_tracker)
+        if self._start_pending:
+            state["start_pending"] = True
+        return state
 
     def load_state_dict(self, state):
+        """Restore :meth:`state_dict`'s output; a state without ``start_pending`` (a started
+        scaler's, or an older checkpoint's) has its start: a resumed run does not measure again."""
         super().load_state_dict(state)
         self.growth_tracker = int(state.get("growth_tracker", 0))
+        self._start_pending = bool(state.get("start_pending", False))
+        self._start_max = None
+
+    def __repr__(self):
+        if not self.needs_start:
+            return super().__repr__()
+        return (f"{type(self).__name__}(loss_scale=auto, enabled={self.enabled}, "
+                f"steps={self.num_steps}, skipped={self.num_skipped})")
 
 
-def make_loss_scaler(loss_scale, dtype):
-    """The scaler for a ``--loss-scale`` setting: ``'dynamic'``, a number, or None for the default.
-
-    The default is dynamic scaling for float16 and none (a disabled scaler) for float32 and bfloat16,
-    whose range is float32's.
+def make_loss_scaler(loss_scale, dtype, *, init_scale=None, growth_factor=2.0, backoff_factor=0.5,
+                     growth_interval=2000, min_scale=1.0, max_scale=MAX_LOSS_SCALE,
+                     max_consecutive_skips=200):
+    """The scaler for a ``--loss-scale`` setting, every scaler setting given as a keyword.
 
     Parameters
     ----------
     loss_scale : str, float or None
-        ``'dynamic'``, a positive number (static scale; 1 disables scaling), or None.
+        * None: ``'dynamic'`` for float16; for float32 and bfloat16, whose range is float32's, no
+          scaling (a disabled scaler).
+        * ``'dynamic'``: a :class:`DynamicLossScaler` whose start is measured at the first step
+          (``init_scale='auto'``), unless ``init_scale`` says otherwise.
+        * ``'dynamic:N'``: dynamic, starting at N; ``'dynamic:65536'`` is the classic start.
+        * a positive number, or a string of one: a :class:`StaticLossScaler`; 1 disables scaling.
     dtype : str
         The training dtype.
+    init_scale : float, 'auto' or None
+        The start of dynamic scaling, as the ``:N`` suffix gives it (pass one of the two); None
+        means ``'auto'``.
+    growth_factor, backoff_factor, growth_interval, min_scale, max_scale
+        Dynamic scaling's settings (see :class:`DynamicLossScaler`); a static scale has no use for
+        them.
+    max_consecutive_skips : int
+        Overflowing steps in a row at the minimum scale before :class:`LossScaleCollapse`.
 
     Returns
     -------
     LossScaler
 
+    Raises
+    ------
+    ValueError
+        For a ``loss_scale`` of none of these forms, ``init_scale`` with a static scale or with a
+        ``:N`` suffix, or a setting out of its range.
+
     Examples
     --------
     >>> make_loss_scaler(None, 'float16')
-    DynamicLossScaler(loss_scale=65536, enabled=True, steps=0, skipped=0)
+    DynamicLossScaler(loss_scale=auto, enabled=True, steps=0, skipped=0)
+    >>> make_loss_scaler('dynamic:65536', 'float16', max_consecutive_skips=50).loss_scale
+    65536.0
+    >>> make_loss_scaler('dynamic', 'float16', init_scale=1024).loss_scale
+    1024.0
     >>> make_loss_scaler('128', 'float16').loss_scale
     128.0
     """
-    if loss_scale is None:
-        loss_scale = "dynamic" if dtype == "float16" else 1.0
-    if str(loss_scale).lower() == "dynamic":
-        return DynamicLossScaler()
-    try:
-        value = float(loss_scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"loss scale {loss_scale!r} is neither 'dynamic' nor a number: "
-                         "pass 'dynamic' or a positive number such as 128") from None
-    _check_positive("loss scale", value)
-    return StaticLossScaler(value, enabled=value != 1.0)
-
-
-def _check_positive(name, value):
-    try:
-        ok = float(value) > 0 and math.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    kind, value = parse_loss_scale(loss_scale, dtype, init_scale)
+    if kind == "dynamic":
+        return DynamicLossScaler(value, growth_factor, backoff_factor, growth_interval, min_scale,
+                                 max_scale, max_consecutive_skips=max_consecutive_skips)
+    return StaticLossScaler(value, enabled=value != 1.0,
+                            max_consecutive_skips=max_consecutive_skips)

@@ -8,7 +8,8 @@ is bound.  :func:`make_scaled_module` therefore builds a ``BucketingModule`` who
 loss scale: each scale gets its own executor, bound with shared parameters, gradients, memory and
 optimizer, so a change of scale costs one bind (the scale changes a few dozen times in a run).
 :func:`module_step` drives forward/backward, checks the gradients, and updates or skips, with the
-same scaler classes the Gluon path uses.
+same scaler classes the Gluon path uses, including the ``'auto'`` start: the first step runs at
+scale 1 and the start is measured on the gradients summed over devices (and bounded over workers).
 """
 import contextlib
 import json
@@ -19,11 +20,14 @@ import numpy as np
 
 from . import mxnet_internals
 from .dtypes import GRAD_SCALE_HEADS
-from .loss_scaling import all_finite
+from .grad_checks import all_finite, device_sums, max_magnitude, max_magnitudes
 from .optimizers import rescale_grad
 
 #: kvstore key of the per-step overflow flag that workers sum so that all skip alike.
 OVERFLOW_KEY = "__mxfp16_overflow__"
+
+#: kvstore key of the largest gradient magnitudes that workers sum so that all start alike.
+START_KEY = "__mxfp16_start_max__"
 
 
 def scale_loss_symbol(sym, loss_scale):
@@ -121,37 +125,70 @@ def init_optimizer(module, optimizer, kvstore="local"):
     """
     with _updates_on_workers():
         module.init_optimizer(kvstore=kvstore, optimizer=optimizer)
-    if isinstance(kvstore, mx.kv.KVStore) and "dist" in kvstore.type:
+    if _distributed(kvstore):
         kvstore.init(OVERFLOW_KEY, mx.nd.zeros((1,)))
+        kvstore.init(START_KEY, mx.nd.zeros((1,)))
 
 
-def _grad_arrays(module):
-    """Gradient arrays of a Module's parameters, on every device."""
-    return mxnet_internals.module_grad_arrays(module)
+def _distributed(kvstore):
+    """Whether ``kvstore`` (a KVStore, a name or None) is a distributed KVStore."""
+    return "dist" in getattr(kvstore, "type", "")
 
 
-def _sum_cannot_overflow(arrays, num_workers):
-    """Whether gradients summed over ``num_workers`` workers stay finite, from one worker's.
+def _sum_cannot_overflow(per_param, num_workers):
+    """Whether gradients summed over this worker's devices, then over ``num_workers`` workers, stay
+    finite in their dtype.
 
-    Module sums the workers' gradients inside ``update()``, after the check, and two finite float16
-    gradients can add up to inf.  ``|sum| <= num_workers * max|g|`` bounds the sum, so each worker
-    asks for ``max|g| <= max / num_workers`` of its gradients' dtype: conservative by at most a
-    factor ``num_workers`` in the loss scale a dynamic scaler settles at.
+    Module sums the gradients inside ``update()``, after the check, in their dtype, and two finite
+    float16 gradients can add up to inf.  The devices' sum is computed here (in float32); over the
+    workers, ``|sum| <= num_workers * max|g|`` bounds it, so each worker asks for
+    ``max|g| <= max / num_workers`` of its gradients' dtype: conservative by at most a factor
+    ``num_workers`` in the loss scale a dynamic scaler settles at.
+
+    Parameters
+    ----------
+    per_param : list of list of NDArray
+        ``[[param0 on dev0, on dev1, ...], ...]``, finite.
+    num_workers : int
     """
-    if not arrays:
+    if not per_param:
         return True
-    maxima = mx.nd.concat(*[mx.nd.max(mx.nd.abs(a)).astype("float32").reshape((1,))
-                            for a in arrays], dim=0).asnumpy()  # one host sync
-    limits = np.array([np.finfo(a.dtype).max for a in arrays], dtype="float64") / num_workers
+    maxima = max_magnitudes(device_sums(per_param))
+    limits = np.array([np.finfo(grads[0].dtype).max for grads in per_param]) / num_workers
     return bool(np.all(maxima <= limits))
 
 
-def _all_workers_finite(kvstore, finite):
-    """Sum the workers' overflow flags, so every worker takes the same decision."""
-    flag = mx.nd.array([0.0 if finite else 1.0])
-    kvstore.push(OVERFLOW_KEY, flag)
-    kvstore.pull(OVERFLOW_KEY, out=flag)
-    return float(flag.asscalar()) == 0.0
+def _sum_over_workers(kvstore, key, value):
+    """The sum of every worker's ``value`` (each worker must call this at the same step)."""
+    total = mx.nd.array([value])
+    kvstore.push(key, total)
+    kvstore.pull(key, out=total)
+    return float(total.asscalar())
+
+
+def _gradients_finite(module, kvstore):
+    """Whether every gradient, and its sum over devices and workers, is finite, as every worker
+    agrees."""
+    per_param = mxnet_internals.module_grads_per_param(module)
+    finite = all_finite([grad for grads in per_param for grad in grads])
+    num_workers = kvstore.num_workers if _distributed(kvstore) else 1
+    if finite and (num_workers > 1 or any(len(grads) > 1 for grads in per_param)):
+        finite = _sum_cannot_overflow(per_param, num_workers)
+    if _distributed(kvstore):
+        finite = _sum_over_workers(kvstore, OVERFLOW_KEY, 0.0 if finite else 1.0) == 0.0
+    return finite
+
+
+def _start_measurement(module, kvstore):
+    """The largest gradient magnitude the update will see, the same on every device and worker.
+
+    Exact over the devices (their sum, as the kvstore will add them); over workers, the sum of
+    each worker's maximum, a bound of the summed gradients' as in :func:`_sum_cannot_overflow`.
+    """
+    measured = max_magnitude(device_sums(mxnet_internals.module_grads_per_param(module)))
+    if _distributed(kvstore):
+        measured = _sum_over_workers(kvstore, START_KEY, measured)
+    return measured
 
 
 def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
@@ -168,7 +205,8 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
     batch_size : int
         Samples per step over all workers (the gradients are sums over them).
     kvstore : KVStore or None
-        For distributed training: the workers agree on skipping through it.
+        For distributed training: the workers agree on skipping, and on the ``'auto'`` start,
+        through it.
 
     Returns
     -------
@@ -183,11 +221,9 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
     module.forward_backward(batch)
     finite = True
     if scaler.enabled:
-        grads = _grad_arrays(module)
-        finite = all_finite(grads)
-        if kvstore is not None and "dist" in kvstore.type:
-            finite = finite and _sum_cannot_overflow(grads, kvstore.num_workers)
-            finite = _all_workers_finite(kvstore, finite)
+        finite = _gradients_finite(module, kvstore)
+        if finite and scaler.needs_start:
+            scaler.start_from(_start_measurement(module, kvstore))
         scaler.update(finite)
     if finite:
         optimizer.rescale_grad = rescale_grad(used_scale, batch_size)

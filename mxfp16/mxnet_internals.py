@@ -70,6 +70,15 @@ def module_grad_arrays(module):
     return [g for grads in current._exec_group.grad_arrays for g in grads if g is not None]
 
 
+def module_grads_per_param(module):
+    """A Module's parameter gradients as ``[[param0 on dev0, on dev1, ...], ...]``
+    (``_exec_group.grad_arrays``), the arrays its kvstore sums over devices in ``update()``;
+    parameters with ``grad_req='null'`` left out."""
+    current = current_module(module)
+    return [list(grads) for grads in current._exec_group.grad_arrays
+            if grads and grads[0] is not None]
+
+
 def refresh_module_params(module):
     """Make the next ``module.get_params()`` copy the values from the devices.
 

@@ -1,8 +1,9 @@
 """Activation-gradient histogram under CPU float16 emulation, and a static loss scale to recommend.
 
 As in Micikevicius et al. 2018 ("Mixed Precision Training", ICLR), Figure 5: the magnitudes of the
-gradients with respect to the activations, in log2 buckets, against float16's range (largest 65504,
-smallest normal 2**-14, smallest subnormal 2**-24).  A gradient below 2**-24 becomes zero in float16.
+gradients with respect to the activations, in log2 buckets, against float16's range (largest
+65504, smallest normal 2**-14, smallest subnormal 2**-24).  A gradient below 2**-24 becomes zero in
+float16.
 
 The network is cast with ``cast_block(net, 'float16', emulate=True)`` and trained for a few steps of
 softmax cross-entropy (SGD with float32 master weights).  Gradients are read by probes
@@ -11,6 +12,9 @@ emulation computes before rounding them.  Two runs from the same starting weight
 batches: at loss scale 1, then at the recommended scale; the histograms are of the values as stored
 (multiplied by the loss scale).  "Underflow" counts the nonzero values below 2**-24, the paper's
 threshold (strictly, round-to-nearest sends values above 2**-25 to 2**-24 rather than to 0).
+
+The recommended scale is :func:`mxfp16.loss_scaling.recommend_loss_scale`, the rule a
+``DynamicLossScaler(init_scale='auto')`` starts from, with the same default headroom.
 
 Cost: the probes roughly triple the activation memory of the CPU run (ResNet-50 at batch 8, 224x224:
 about 5.5 GB of RAM and a minute or two for the default 3 steps, run twice).
@@ -23,61 +27,16 @@ from mxnet import autograd, gluon
 
 from ..casting import cast_block, cast_symbol
 from ..graph import internal_dtypes
-from ..loss_scaling import StaticLossScaler
+from ..loss_scaling import DEFAULT_HEADROOM, FLOAT16_MAX, StaticLossScaler, recommend_loss_scale
 from ..optimizers import make_trainer
 from .probes import add_gradient_probes
 
-#: float16's largest finite value, smallest normal and smallest subnormal.
-FLOAT16_MAX = 65504.0
+#: float16's smallest normal and smallest subnormal (its largest, 65504, is the core's FLOAT16_MAX).
 FLOAT16_MIN_NORMAL = 2.0 ** -14
 FLOAT16_MIN_SUBNORMAL = 2.0 ** -24
 
-#: Histogram buckets: [2**k, 2**(k+1)) for k in this range; values outside fall into the end buckets.
+#: Histogram buckets: [2**k, 2**(k+1)) for k in this range; values outside go to the end buckets.
 HISTOGRAM_EXPONENTS = range(-80, 21)
-
-#: Default headroom: the recommended scale keeps 8x (three doublings) between the largest scaled
-#: gradient seen and 65504, because a few steps on random data see smaller maxima than training.
-DEFAULT_HEADROOM = 8.0
-
-#: The largest scale recommended (apex's and MXNet AMP's maximum).
-MAX_LOSS_SCALE = 2.0 ** 24
-
-
-def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_SCALE):
-    """The largest power of two with ``max_abs * scale * headroom <= 65504``, within [1, max_scale].
-
-    1 when ``max_abs`` is inf or NaN (the gradients overflow at scale 1 already).
-
-    Parameters
-    ----------
-    max_abs : float
-        The largest gradient magnitude seen at loss scale 1.
-    headroom : float
-        Factor kept between the largest scaled gradient and float16's maximum.
-    max_scale : float
-
-    Returns
-    -------
-    float
-
-    Raises
-    ------
-    ValueError
-        If ``headroom`` is smaller than 1.
-
-    Examples
-    --------
-    >>> recommend_loss_scale(1.0), recommend_loss_scale(1e-3), recommend_loss_scale(0.0)
-    (4096.0, 4194304.0, 16777216.0)
-    """
-    if not headroom >= 1:
-        raise ValueError(f"headroom must be >= 1 (a factor below float16's maximum), got {headroom!r}")
-    if not math.isfinite(max_abs):  # gradients overflow even unscaled: no scale helps
-        return 1.0
-    if not max_abs > 0:
-        return float(max_scale)
-    exponent = math.floor(math.log2(FLOAT16_MAX / (headroom * max_abs)))
-    return float(min(max(2.0 ** exponent, 1.0), max_scale))
 
 
 def gradient_stats(values):
@@ -201,7 +160,7 @@ def _probe_shapes(block, probes, data_shape):
 
 
 def _float16_grad_max(params):
-    """The largest gradient magnitude of the float16 parameters (inf if one overflowed or is NaN)."""
+    """The largest gradient magnitude of the float16 parameters (inf if one overflowed or NaN)."""
     grads = [param.grad() for param in params.values()
              if param.grad_req != "null" and np.dtype(param.dtype) == np.float16]
     values = [float(mx.nd.max(mx.nd.abs(grad)).asscalar()) for grad in grads]
@@ -284,7 +243,8 @@ def gradient_underflow(net, batches, headroom=DEFAULT_HEADROOM, learning_rate=0.
     The recommended scale keeps both the activation gradients and the float16 weight gradients
     ``headroom`` times below 65504.  Weight gradients are sums over the batch (Gluon losses are
     per sample and summed by ``backward``), so the ones measured here are multiplied by
-    ``training_batch_size / measured batch size`` first: an upper bound for the batch you train with.
+    ``training_batch_size / measured batch size`` first: an upper bound for the batch you train
+    with.
 
     Parameters
     ----------
@@ -325,11 +285,13 @@ def gradient_underflow(net, batches, headroom=DEFAULT_HEADROOM, learning_rate=0.
     measured = int(batches[0][0].shape[0])
     growth = max(1.0, (training_batch_size or measured) / measured)
     scale_1 = _summary(first, 1.0)
-    scale = recommend_loss_scale(max(scale_1["max_abs"], first["weight_grad_max"] * growth), headroom)
+    largest = max(scale_1["max_abs"], first["weight_grad_max"] * growth)
+    scale = recommend_loss_scale(largest, headroom)
     for name, param in block.collect_params().items():
         param.set_data(start[name])
     second = run_steps(block, probes, batches, scale, learning_rate)
     return {"steps": len(batches), "batch_size": measured,
             "training_batch_size": training_batch_size or measured, "headroom": headroom,
             "recommended_scale": scale, "scale_1": scale_1, "recommended": _summary(second, scale),
-            "exponents": list(HISTOGRAM_EXPONENTS), "layers": _per_layer(outputs, first["per_probe"])}
+            "exponents": list(HISTOGRAM_EXPONENTS),
+            "layers": _per_layer(outputs, first["per_probe"])}
