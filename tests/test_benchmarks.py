@@ -117,6 +117,18 @@ def test_train_throughput_quick(load_benchmark, tmp_path):
             assert status.startswith("skipped: ") and row["script_over_bare"] is None
 
 
+def test_loop_overhead_quick(load_benchmark, tmp_path):
+    module = load_benchmark("loop_overhead")
+    record, markdown = run_quick(module, tmp_path, "--dtypes", "float32,float16")
+    rows = record["results"]
+    assert [row["dtype"] for row in rows] == ["float32", "float16"]
+    assert len(table_rows(markdown)) == 2
+    for row in rows:
+        (round_,) = row["rounds"]  # --quick: one round
+        assert round_["bare_img_per_s"] > 0 and round_["script_img_per_s"] > 0
+        assert row["median_ratio"] == round_["script_img_per_s"] / round_["bare_img_per_s"]
+
+
 def test_train_throughput_skips_a_missing_script(load_benchmark, tmp_path, monkeypatch):
     module = load_benchmark("train_throughput")
     monkeypatch.setattr(module, "SCRIPT", str(tmp_path / "missing.py"))
@@ -151,6 +163,7 @@ def test_train_throughput_takes_the_summary_line_over_the_log(load_benchmark):
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
     ("data_pipeline", ["--image-shape", "224,224"], "--image-shape '224,224'"),
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
+    ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
 ])
 def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
     assert load_benchmark(name).main(argv) == 2

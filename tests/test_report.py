@@ -12,7 +12,8 @@ from mxfp16 import cast_symbol
 from mxfp16.models import get_network
 from mxfp16.report import ReportConfig, build_report, parse_shape, parse_size, render_markdown, \
     render_text, save_report
-from mxfp16.report.graph_info import inspect_graph, strip_loss_head
+from mxfp16.models import strip_loss_head
+from mxfp16.report.graph_info import inspect_graph
 from mxfp16.report.memory import activation_bytes, max_batch_size, memory_report, parameter_bytes
 from mxfp16.report.precision_map import precision_map
 from mxfp16.report.probes import add_gradient_probes
@@ -188,7 +189,7 @@ def test_layer_time_roofline_arithmetic():
     shapes = {"data": (256, 1024)}
     layer32 = inspect_graph(fc, shapes).layers[0]
     cast = cast_symbol(fc, "float16", emulate=False)
-    layer16 = [l for l in inspect_graph(cast, shapes).layers if l.name == "fc"][0]
+    layer16 = [layer for layer in inspect_graph(cast, shapes).layers if layer.name == "fc"][0]
     flops = 2 * 256 * 1024 * 1024
     elements = 256 * 1024 + 1024 * 1024 + 1024 + 256 * 1024  # data, weight, bias, output
     v100 = GPU_SPECS["V100"]
