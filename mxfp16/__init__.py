@@ -29,12 +29,13 @@ from .loss_scaling import (DynamicLossScaler, LossScaleCollapse, LossScaler, Sta
                            make_loss_scaler)
 from .module import init_optimizer, make_scaled_module, module_step, scale_loss_symbol
 from .optimizers import MULTI_PRECISION_OPTIMIZERS, make_optimizer, make_trainer, rescale_grad
+from .trainer import Trainer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate",
     "LossScaler", "StaticLossScaler", "DynamicLossScaler", "LossScaleCollapse", "make_loss_scaler",
-    "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS",
+    "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
 ]

@@ -1,23 +1,31 @@
 """Casting Gluon blocks and Symbol graphs to float16 (or bfloat16) for training and inference.
 
 The recipe is the MXNet float16 guide's: a cast to float16 after every data input, float16 weights,
-float32 parameters for normalization layers, and a cast to float32 before softmax and loss heads (and
-before the other ops MXNet's AMP lists keep in float32).  Gluon blocks go through the same graph
-rewrite as symbols, so one set of rules serves both APIs.
+float32 parameters for normalization layers, and a cast to float32 before softmax and loss heads
+(and before the other ops MXNet's AMP lists keep in float32).  Gluon blocks go through the same
+graph rewrite as symbols, so one set of rules serves both APIs.
+
+A Gluon block is traced twice, in training and in inference mode, so that Python code branching on
+``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.cast_network.CastBlock` returned
+runs the graph of the current mode.
 """
+import json
+
 import mxnet as mx
 import numpy as np
-from mxnet import gluon
+from mxnet import autograd, gluon
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
 from . import mxnet_internals
+from .cast_network import CastBlock
 from .dtypes import FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode
 from .emulation import emulate_float16, resolve_emulate
 from .graph import (MARK, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
-_CONDITIONAL_FLOAT32 = {op: (attr, values) for op, attr, values in _amp_lists.CONDITIONAL_FP32_FUNCS}
+_CONDITIONAL_FLOAT32 = {op: (attr, values)
+                        for op, attr, values in _amp_lists.CONDITIONAL_FP32_FUNCS}
 
 
 def _runs_in_float32(node):
@@ -26,6 +34,13 @@ def _runs_in_float32(node):
         return True
     rule = _CONDITIONAL_FLOAT32.get(op)
     return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
+
+
+def _created_dtype(node):
+    """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
+    ``dtype`` attribute, float32 when unset."""
+    dtype = node.get("attrs", {}).get("dtype", "None")
+    return "float32" if dtype == "None" else dtype
 
 
 def _cast_whole_graph(sym, data_names):
@@ -37,6 +52,9 @@ def _cast_whole_graph(sym, data_names):
             is_data = node["name"] in data_names
             new_id = rw.emit(node if is_data else without_dtype(node), [], old_id)
             kind[new_id] = "float32" if is_data else None
+            continue
+        if not node["inputs"]:  # its dtype attribute decides, not the float16 rule
+            kind[rw.emit(node, [], old_id)] = _created_dtype(node)
             continue
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         target = node_dtype(node)
@@ -106,11 +124,11 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     dtype : {'float16', 'bfloat16', 'float32'}
         ``'float32'`` returns ``sym`` unchanged; ``'bfloat16'`` takes MXNet's AMP bfloat16 pass.
     emulate : bool or None
-        CPU emulation of float16 (see :mod:`mxfp16.emulation`).  ``None``: on when MXNet sees no GPU.
-        ``False`` builds the GPU graph even on a CPU machine.
+        CPU emulation of float16 (see :mod:`mxfp16.emulation`).  ``None``: on when MXNet sees no
+        GPU.  ``False`` builds the GPU graph even on a CPU machine.
     mode : {'full', 'amp'}
-        ``'full'``: every op runs in float16 except normalization layers, softmax, losses and the ops
-        MXNet's AMP lists keep in float32.  ``'amp'``: MXNet's AMP pass decides op by op.
+        ``'full'``: every op runs in float16 except normalization layers, softmax, losses and the
+        ops MXNet's AMP lists keep in float32.  ``'amp'``: MXNet's AMP pass decides op by op.
     data_names : sequence of str
         The data inputs; each gets a cast to float16.  Labels and parameters are not cast.
 
@@ -158,31 +176,67 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     return emulate_float16(sym, plan, data_names)
 
 
-def _block_graph(block, input_names):
-    """The block's graph as ``(input symbols, output symbol)``."""
-    if isinstance(block, gluon.SymbolBlock):
-        inputs, outputs = mxnet_internals.symbol_block_graph(block)
-        return list(inputs), outputs
-    inputs = [mx.sym.var(name) for name in input_names]
-    outputs = block(*inputs)
+def _trace(block, input_names, mode_scope):
+    """The graph of a Gluon block called on symbols named ``input_names`` under ``mode_scope``."""
+    with mode_scope():
+        outputs = block(*[mx.sym.var(name) for name in input_names])
     if isinstance(outputs, (list, tuple)):
         outputs = mx.sym.Group(list(outputs))
-    return inputs, outputs
+    return outputs
+
+
+def _structure(sym):
+    """A graph without what differs between two traces of one block (op names, aux versions)."""
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    nodes = [(node["op"], node["name"] if node["op"] == "null" else "", node.get("attrs"),
+              [entry[:2] for entry in node["inputs"]]) for node in graph["nodes"]]
+    return nodes, [head[:2] for head in graph["heads"]]
+
+
+def _block_graphs(block, input_names):
+    """``(data names, inference graph, training graph or None where the two are the same)``."""
+    if isinstance(block, CastBlock):
+        return (block.data_names,) + block.graphs
+    if isinstance(block, gluon.SymbolBlock):
+        inputs, outputs = mxnet_internals.symbol_block_graph(block)
+        return [s.name for s in inputs], outputs, None
+    inference = _trace(block, input_names, autograd.predict_mode)
+    training = _trace(block, input_names, autograd.train_mode)
+    same = _structure(training) == _structure(inference)
+    return list(input_names), inference, None if same else training
+
+
+def _cast_parameters(params, graphs, data_names):
+    """Cast each parameter in place to the dtype the cast graphs give it."""
+    for sym in graphs:
+        types = internal_dtypes(sym, data_names)
+        for name, param in params.items():
+            if name in types and np.dtype(param.dtype) != np.dtype(types[name]):
+                param.cast(np.dtype(types[name]).type)
 
 
 def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("data",)):
-    """Prepare a Gluon HybridBlock for mixed-precision training and inference.
+    """Prepare a Gluon HybridBlock for mixed-precision training and inference: ``net.cast``'s
+    replacement.
 
     All parameters become float16 except those of normalization layers (BatchNorm, SyncBatchNorm,
     InstanceNorm, LayerNorm, GroupNorm), whose weights and running statistics stay float32.  Inputs
     of any float dtype are accepted; outputs come back as float32, so softmax and losses run in
     float32.  The parameters are cast in place and shared with the returned block.
 
+    The block is traced in training and in inference mode: calls in either mode run that mode's
+    graph, so Python branches on ``autograd.is_training()`` behave as in the original.  The cast
+    network always runs as a graph, as a hybridized block does: a block that was not hybridized
+    stays so (no ``static_alloc``), and one that was keeps its ``hybridize()`` settings, but the
+    Python code of its ``hybrid_forward`` runs at cast time, not at every call, so printing,
+    ``asnumpy()`` or data-dependent Python control flow there, and forward hooks of its inner
+    layers, do not run per call.
+
     Parameters
     ----------
     block : gluon.HybridBlock
         Any hybridizable network (model-zoo networks, ``SymbolBlock.imports`` of a checkpoint),
-        initialized or not, hybridized or not.
+        initialized or not, hybridized or not, its parameters loaded or not.
     dtype : {'float16', 'bfloat16', 'float32'}
         ``'float32'`` returns ``block`` itself, unchanged.
     emulate : bool or None
@@ -194,9 +248,10 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
 
     Returns
     -------
-    gluon.SymbolBlock
-        The cast network.  It shares the Parameter objects of ``block``, so ``block.save_parameters``
-        and an existing Trainer over ``block.collect_params()`` keep working.
+    CastBlock
+        The cast network, a ``gluon.SymbolBlock``.  It shares the Parameter objects of ``block``,
+        so a Trainer over either's ``collect_params()`` trains both.  Its ``save_parameters``
+        writes float32 checkpoints under the original's names; save and load through it.
 
     Raises
     ------
@@ -225,16 +280,19 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     check_mode(mode)
     if dtype == "float32":
         return block
-    inputs, outputs = _block_graph(block, input_names)
-    data_names = [s.name for s in inputs]
-    sym = cast_symbol(outputs, dtype, emulate=emulate, mode=mode, data_names=data_names)
-    types = internal_dtypes(sym, data_names)
+    data_names, *graphs = _block_graphs(block, input_names)
+    graphs = [None if sym is None else
+              cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
+              for sym in graphs]
     params = block.collect_params()
-    for name, param in params.items():
-        if name in types and np.dtype(param.dtype) != np.dtype(types[name]):
-            param.cast(np.dtype(types[name]).type)
-    inputs = [mx.sym.var(name, dtype="float32") for name in data_names]
-    return gluon.SymbolBlock(sym, inputs, params=params)
+    _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
+    keys = block.param_keys if isinstance(block, CastBlock) else \
+        mxnet_internals.block_param_keys(block)
+    cast = CastBlock(graphs, data_names, params, keys, dtype)
+    flags = mxnet_internals.hybridize_flags(block)
+    if flags is not None:
+        cast.hybridize(True, **flags)
+    return cast
 
 
 def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=None,
@@ -292,8 +350,8 @@ def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=N
             raise ValueError(f"the checkpoint has no value for parameter(s) {missing}: pass "
                              "allow_missing=True to leave them to the initializer")
         if extra and not allow_extra:
-            raise ValueError(f"the checkpoint has parameter(s) {extra} that the graph does not use: "
-                             "pass allow_extra=True to ignore them, or check the network")
+            raise ValueError(f"the checkpoint has parameter(s) {extra} that the graph does not "
+                             "use: pass allow_extra=True to ignore them, or check the network")
         converted.append({n: v.astype(types.get(n, "float32"), copy=False)
                           for n, v in given.items() if n in expected})
     return converted[0], converted[1]

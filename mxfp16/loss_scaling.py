@@ -18,6 +18,7 @@ from .grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_
 from .kvstore import sync_initial_weights
 from .loss_scale_settings import (check_dynamic_settings, check_positive, check_whole, is_auto,
                                   parse_loss_scale)
+from .optimizers import check_updates_on_workers
 
 #: float16's largest finite value: a scaled gradient above it becomes inf.
 FLOAT16_MAX = 65504.0
@@ -138,6 +139,7 @@ class LossScaler:
         """Aggregate gradients across devices and workers, once per step."""
         if not self._reduced:
             _first_step_setup(trainer)
+            check_updates_on_workers(trainer)
             trainer.allreduce_grads()
             self._reduced = True
             self._aggregated(flat_trainer_grads(trainer))

@@ -56,6 +56,30 @@ def trainer_updates_on_kvstore(trainer):
     return bool(trainer._update_on_kvstore)
 
 
+def trainer_updaters(trainer):
+    """The per-device optimizer ``Updater`` objects of a Trainer that updates on the workers
+    (``trainer._updaters``), which hold the optimizer state (the float32 master weights among it);
+    empty when it updates on its kvstore, whose updater MXNet keeps out of reach."""
+    return [] if trainer_updates_on_kvstore(trainer) else list(trainer._updaters)
+
+
+def param_trainer(param):
+    """The Trainer a Parameter was last given to (``param._trainer``), or None."""
+    return getattr(param, "_trainer", None)
+
+
+def block_param_keys(block):
+    """``{structural name: Parameter}`` as ``block.save_parameters`` names them
+    (``block._collect_params_with_prefix()``: ``'features.0.weight'``, ...)."""
+    return dict(block._collect_params_with_prefix())
+
+
+def hybridize_flags(block):
+    """The keyword arguments of a block's last ``hybridize()`` (``block._flags``), or None if it
+    is not hybridized (``block._active``)."""
+    return dict(block._flags) if block._active else None
+
+
 def current_module(module):
     """The ``Module`` a ``BucketingModule`` runs now (``module._curr_module``); a plain Module as is.
 

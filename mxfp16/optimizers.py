@@ -1,10 +1,14 @@
-"""Optimizers for mixed precision: float32 master weights (``multi_precision``) and ``rescale_grad``.
+"""Optimizers for mixed precision: float32 master weights (``multi_precision``), ``rescale_grad``.
 
-This is the only module that sets ``multi_precision`` and the only one that computes ``rescale_grad``.
+This is the only module that sets ``multi_precision`` and the only one that computes
+``rescale_grad``.  It also finds the float32 master copies an optimizer keeps (for checkpoints of
+float16 networks) and fits optimizer states saved in one precision to weights of another.
 """
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
+from . import mxnet_internals
 from .dtypes import LOW_PRECISION_DTYPES, check_dtype
 
 #: MXNet optimizers that keep a float32 master copy of float16 weights with ``multi_precision=True``
@@ -17,13 +21,21 @@ MULTI_PRECISION_OPTIMIZERS = (
     "groupadagrad", "adadelta", "rmsprop", "ftml", "ftrl", "dcasgd", "sgld",
 )
 
+#: Optimizers that take a ``momentum`` argument; the others reject it.
+MOMENTUM_OPTIMIZERS = ("sgd", "nag", "lars", "lbsgd", "signum", "dcasgd")
+
+#: Parameters left out of weight decay by ``no_wd`` (biases and BatchNorm's gamma and beta), as in
+#: GluonCV's recipe: decaying them only shrinks the scale the normalization restores.
+NO_WD_SUFFIXES = ("bias", "gamma", "beta")
+
 
 def check_optimizer(name):
     """Return the lower-case optimizer name, or raise ``ValueError`` naming the supported ones."""
     key = str(name).lower()
     if key not in MULTI_PRECISION_OPTIMIZERS:
-        raise ValueError(f"unknown or unsupported optimizer {name!r}: mixed precision needs one with "
-                         f"float32 master weights: {', '.join(MULTI_PRECISION_OPTIMIZERS)}")
+        raise ValueError(f"unknown or unsupported optimizer {name!r}: mixed precision needs one "
+                         "with float32 master weights: "
+                         f"{', '.join(MULTI_PRECISION_OPTIMIZERS)}")
     return key
 
 
@@ -55,25 +67,91 @@ def rescale_grad(loss_scale=1.0, batch_size=None):
     return 1.0 / (float(loss_scale) * (batch_size or 1))
 
 
+def training_dtype(params, dtype=None):
+    """The training dtype of a network: ``dtype`` checked against its parameters, or inferred.
+
+    Parameters
+    ----------
+    params : ParameterDict, dict or list of Parameter
+        ``net.collect_params()``.
+    dtype : str or None
+        None infers ``'float16'`` when a parameter is float16 (as :func:`mxfp16.cast_block` leaves
+        them), else ``'float32'``; bfloat16 networks keep float32 parameters, so pass
+        ``'bfloat16'`` for them (master weights change nothing there: they are float32 already).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ValueError
+        For an unknown dtype, or ``'float32'`` with float16 parameters (their updates would be
+        rounded to float16 without float32 master weights).
+
+    Examples
+    --------
+    >>> from mxnet.gluon import nn
+    >>> net = nn.Dense(2, in_units=3, dtype='float16')
+    >>> training_dtype(net.collect_params()), training_dtype(net.collect_params(), 'float16')
+    ('float16', 'float16')
+    """
+    values = params.values() if hasattr(params, "values") else params
+    half = [param.name for param in values if np.dtype(param.dtype) == np.float16]
+    if dtype is None:
+        return "float16" if half else "float32"
+    dtype = check_dtype(dtype)
+    if dtype == "float32" and half:
+        raise ValueError(f"dtype='float32' but parameter(s) {half[:3]} are float16: float16 "
+                         "weights need float32 master weights; pass dtype='float16' (or leave "
+                         "dtype out to infer it from the parameters)")
+    return dtype
+
+
+def _check_multi_precision(value, dtype):
+    """Accept a ``multi_precision`` that agrees with ``dtype``; raise if it contradicts it."""
+    expected = dtype in LOW_PRECISION_DTYPES
+    if value not in (True, False) or bool(value) != expected:
+        raise ValueError(f"multi_precision={value!r} contradicts dtype={dtype!r}, which needs "
+                         f"multi_precision={expected} (float32 master weights for float16 and "
+                         "bfloat16, none for float32): remove multi_precision, mxfp16 sets it "
+                         "from the dtype")
+
+
+def _check_instance(optimizer, dtype, kwargs):
+    """An Optimizer object passed in place of a name must already fit ``dtype``."""
+    if kwargs:
+        raise ValueError(f"optimizer parameters {sorted(kwargs)} given with an Optimizer object "
+                         f"({type(optimizer).__name__}): set them on the object, or pass the "
+                         "optimizer's name, as gluon.Trainer requires")
+    if dtype in LOW_PRECISION_DTYPES:
+        check_optimizer(type(optimizer).__name__)
+    _check_multi_precision(optimizer.multi_precision, dtype)
+    return optimizer
+
+
 def make_optimizer(name, dtype, loss_scale=1.0, batch_size=None, **kwargs):
     """Create an MXNet optimizer configured for training in ``dtype``.
 
     Parameters
     ----------
-    name : str
-        One of :data:`MULTI_PRECISION_OPTIMIZERS` (``'sgd'``, ``'adam'``, ...).
+    name : str or mx.optimizer.Optimizer
+        One of :data:`MULTI_PRECISION_OPTIMIZERS` (``'sgd'``, ``'adam'``, ...) for float16 and
+        bfloat16; any MXNet optimizer for float32.  An Optimizer object is checked (its
+        ``multi_precision`` must fit ``dtype``) and returned as it is.
     dtype : {'float32', 'float16', 'bfloat16'}
-        The training dtype.  float16 and bfloat16 get ``multi_precision=True``: the optimizer keeps a
-        float32 master copy of each low-precision weight, updates it, and copies it back rounded.
+        The training dtype.  float16 and bfloat16 get ``multi_precision=True``: the optimizer keeps
+        a float32 master copy of each low-precision weight, updates it, and copies it back rounded.
     loss_scale : float
         A static loss scale to undo through ``rescale_grad`` (1 for none, or when a loss scaler
         unscales).
     batch_size : int or None
-        Fold ``1/batch_size`` into ``rescale_grad`` too, as ``mx.mod.Module`` expects; leave None for a
-        Gluon Trainer, which divides by the batch size in ``step``.
+        Fold ``1/batch_size`` into ``rescale_grad`` too, as ``mx.mod.Module`` expects; leave None
+        for a Gluon Trainer, which divides by the batch size in ``step``.
     **kwargs
         Optimizer arguments (``learning_rate``, ``momentum``, ``wd``, ``lr_scheduler``, ...).
-        ``multi_precision`` and ``rescale_grad`` are set here and may not be passed.
+        ``multi_precision`` is set from ``dtype``: a value that agrees is accepted, one that
+        contradicts it raises.  ``rescale_grad`` is computed here and may not be passed.
 
     Returns
     -------
@@ -82,41 +160,76 @@ def make_optimizer(name, dtype, loss_scale=1.0, batch_size=None, **kwargs):
     Raises
     ------
     ValueError
-        For an unsupported optimizer or dtype, or a conflicting keyword.
+        For an unsupported optimizer or dtype, a contradicting ``multi_precision``, or
+        ``rescale_grad``.
 
     Examples
     --------
-    >>> opt = make_optimizer('sgd', 'float16', loss_scale=128, batch_size=32, learning_rate=0.1)
+    >>> opt = make_optimizer('sgd', 'float16', loss_scale=128, batch_size=32, learning_rate=0.1,
+    ...                      multi_precision=True)
     >>> opt.multi_precision, opt.rescale_grad
     (True, 0.000244140625)
     """
-    name = check_optimizer(name)
     dtype = check_dtype(dtype)
-    for key in ("multi_precision", "rescale_grad"):
-        if key in kwargs:
-            raise ValueError(f"make_optimizer sets {key} itself; remove {key}={kwargs[key]!r} "
-                             "(pass loss_scale= and batch_size= instead)")
+    if "multi_precision" in kwargs:
+        _check_multi_precision(kwargs.pop("multi_precision"), dtype)
+    if "rescale_grad" in kwargs:
+        raise ValueError(f"make_optimizer computes rescale_grad itself; remove "
+                         f"rescale_grad={kwargs['rescale_grad']!r} (pass loss_scale= and "
+                         "batch_size=, or scale the loss)")
+    if isinstance(name, mx.optimizer.Optimizer):
+        if (loss_scale, batch_size) != (1.0, None):
+            raise ValueError("loss_scale= and batch_size= need the optimizer's name, not an "
+                             f"Optimizer object ({type(name).__name__}), to set its rescale_grad")
+        return _check_instance(name, dtype, kwargs)
+    if dtype in LOW_PRECISION_DTYPES:
+        name = check_optimizer(name)
     return mx.optimizer.create(name, multi_precision=dtype in LOW_PRECISION_DTYPES,
                                rescale_grad=rescale_grad(loss_scale, batch_size), **kwargs)
 
 
-def make_trainer(params, optimizer, dtype, loss_scale=1.0, kvstore="device", **optimizer_params):
+def restore_multi_precision(optimizer, dtype):
+    """Give an optimizer restored from a checkpoint the ``multi_precision`` of ``dtype``.
+
+    A float32 run's ``.states`` file holds an optimizer without master weights; resumed in float16
+    it would round every update to float16.
+    """
+    optimizer.multi_precision = check_dtype(dtype) in LOW_PRECISION_DTYPES
+
+
+def make_trainer(params, optimizer, optimizer_params=None, kvstore="device",
+                 compression_params=None, update_on_kvstore=False, *, dtype=None, loss_scale=1.0,
+                 **kwargs):
     """A Gluon Trainer for mixed precision, ready for the loss scalers.
+
+    It takes ``gluon.Trainer``'s arguments, so ``gluon.Trainer(params, 'sgd', {...})`` becomes
+    ``make_trainer(params, 'sgd', {...}, dtype=...)``; the earlier form
+    ``make_trainer(params, 'sgd', 'float16', learning_rate=0.1)`` (a dtype name in third place,
+    optimizer arguments as keywords) works too.  For a Trainer that scales the loss itself, use
+    :class:`mxfp16.Trainer`.
 
     Parameters
     ----------
     params : ParameterDict
         ``net.collect_params()``.
-    optimizer : str
-        The optimizer name (see :func:`make_optimizer`).
-    dtype : {'float32', 'float16', 'bfloat16'}
+    optimizer : str or mx.optimizer.Optimizer
+        See :func:`make_optimizer`.
+    optimizer_params : dict or str, optional
+        ``{'learning_rate': 0.1, 'momentum': 0.9, ...}``; ``multi_precision`` may be in it if it
+        agrees with the dtype.  A dtype name here is taken as ``dtype``.
+    kvstore : str or KVStore
+        As for ``gluon.Trainer``: 'device', 'local', 'dist_sync', 'dist_device_sync', ...
+    compression_params : dict, optional
+        As for ``gluon.Trainer``.
+    update_on_kvstore : bool or None
+        Must be False (None means False): see Returns.
+    dtype : {'float32', 'float16', 'bfloat16'} or None
+        None infers it from the parameters (see :func:`training_dtype`).
     loss_scale : float
         Static loss scale to undo in ``rescale_grad``.  Keep 1 when a :mod:`mxfp16.loss_scaling`
         scaler drives the steps: it unscales itself.
-    kvstore : str or KVStore
-        As for ``gluon.Trainer``: 'device', 'local', 'dist_sync', 'dist_device_sync', ...
-    **optimizer_params
-        ``learning_rate``, ``momentum``, ``wd``, ...
+    **kwargs
+        More optimizer arguments, merged with ``optimizer_params``.
 
     Returns
     -------
@@ -124,14 +237,163 @@ def make_trainer(params, optimizer, dtype, loss_scale=1.0, kvstore="device", **o
         With ``update_on_kvstore=False``: gradients are aggregated first and the update runs on the
         workers, so a loss scaler can check the aggregated gradients and skip a step everywhere.
 
+    Raises
+    ------
+    ValueError
+        For ``update_on_kvstore=True``, and as :func:`make_optimizer` and :func:`training_dtype`.
+
     Examples
     --------
     >>> from mxnet.gluon import nn
     >>> net = nn.Dense(2, in_units=3)
     >>> net.initialize()
-    >>> trainer = make_trainer(net.collect_params(), 'sgd', 'float16', learning_rate=0.1)
-    >>> trainer.optimizer.multi_precision
-    True
+    >>> trainer = make_trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1},
+    ...                        dtype='float16')
+    >>> trainer.optimizer.multi_precision, trainer.learning_rate
+    (True, 0.1)
     """
-    opt = make_optimizer(optimizer, dtype, loss_scale=loss_scale, **optimizer_params)
-    return gluon.Trainer(params, opt, kvstore=kvstore, update_on_kvstore=False)
+    if isinstance(optimizer_params, str) or hasattr(optimizer_params, "__name__"):
+        dtype, optimizer_params = optimizer_params, None  # the earlier (params, name, dtype) form
+    if update_on_kvstore:
+        raise ValueError("make_trainer's Trainer updates on the workers (update_on_kvstore=False), "
+                         "so that a loss scaler sees the aggregated gradients before the update; "
+                         "remove update_on_kvstore=True")
+    dtype = training_dtype(params, dtype)
+    opt = make_optimizer(optimizer, dtype, loss_scale=loss_scale,
+                         **dict(optimizer_params or {}), **kwargs)
+    return gluon.Trainer(params, opt, kvstore=kvstore, compression_params=compression_params,
+                         update_on_kvstore=False)
+
+
+def check_updates_on_workers(trainer):
+    """Raise unless ``trainer`` (its kvstore set up) updates on the workers after aggregation.
+
+    A loss scaler must see the aggregated gradients before the update to skip it everywhere.
+    gluon.Trainer updates on its kvstore by default when it has several devices, and then refuses
+    ``allreduce_grads()``.
+
+    Raises
+    ------
+    RuntimeError
+        Naming the fix.
+    """
+    if mxnet_internals.trainer_updates_on_kvstore(trainer):
+        raise RuntimeError(
+            "this gluon.Trainer updates the weights on its kvstore (gluon.Trainer's default with "
+            "several devices), so a loss scaler cannot check the aggregated gradients before the "
+            "update: use mxfp16.Trainer(params, optimizer, optimizer_params, dtype=...) instead, "
+            "which scales the loss itself, or mxfp16.make_trainer(...), or create it with "
+            "gluon.Trainer(..., update_on_kvstore=False)")
+
+
+def _master_index(optimizer):
+    """Where an optimizer's multi-precision state keeps the float32 master copy.
+
+    SGD, NAG and LARS override ``create_state_multi_precision`` and return ``(state, master)``;
+    the others inherit the base Optimizer's ``(master, state)``.
+    """
+    base = mx.optimizer.Optimizer.create_state_multi_precision
+    return 0 if type(optimizer).create_state_multi_precision is base else 1
+
+
+def master_weight(optimizer, state):
+    """The float32 master copy in the optimizer state of a float16 weight, or None.
+
+    Parameters
+    ----------
+    optimizer : mx.optimizer.Optimizer
+    state : object
+        ``create_state_multi_precision``'s output for a float16 weight (None before the first
+        update).
+
+    Returns
+    -------
+    NDArray or None
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> opt = make_optimizer('sgd', 'float16', momentum=0.9)
+    >>> weight = mx.nd.full((2,), 0.1, dtype='float16')
+    >>> master_weight(opt, opt.create_state_multi_precision(0, weight)).dtype.__name__
+    'float32'
+    """
+    if not (getattr(optimizer, "multi_precision", False) and isinstance(state, (tuple, list))
+            and len(state) == 2):
+        return None
+    master = state[_master_index(optimizer)]
+    ok = isinstance(master, mx.nd.NDArray) and master.dtype == np.float32
+    return master if ok else None
+
+
+def master_copies(param):
+    """The float32 master copies of a float16 Parameter held by its Trainer's optimizer.
+
+    Parameters
+    ----------
+    param : Parameter
+
+    Returns
+    -------
+    list of NDArray
+        One per device, all equal; empty before the first update, for a parameter that is not
+        float16, without a Trainer, or with one that updates on its kvstore.
+    """
+    trainer = mxnet_internals.param_trainer(param)
+    if trainer is None or np.dtype(param.dtype) != np.float16:
+        return []
+    params = mxnet_internals.trainer_params(trainer)
+    index = next((i for i, p in enumerate(params) if p is param), None)
+    copies = [master_weight(updater.optimizer, updater.states.get(index))
+              for updater in mxnet_internals.trainer_updaters(trainer)]
+    return [copy for copy in copies if copy is not None]
+
+
+def _structure(state):
+    """A state's nesting and dtypes, which tell a multi-precision state from a plain one."""
+    if isinstance(state, (tuple, list)):
+        return tuple(_structure(item) for item in state)
+    return state.dtype.__name__ if isinstance(state, mx.nd.NDArray) else type(state).__name__
+
+
+def _adapted_state(optimizer, index, state, weight):
+    """``state`` made to fit ``weight``'s dtype: a float32 master copy added or dropped."""
+    probe = mx.nd.zeros((1,) * len(weight.shape), dtype="float32")
+    plain = _structure(optimizer.create_state(index, probe))
+    at = _master_index(optimizer)
+    if weight.dtype == np.float16 and optimizer.multi_precision and _structure(state) == plain:
+        master = weight.astype("float32")
+        return (master, state) if at == 0 else (state, master)
+    if weight.dtype != np.float16 and _structure(state) != plain and \
+            isinstance(state, (tuple, list)) and len(state) == 2 and \
+            _structure(state[1 - at]) == plain:
+        return state[1 - at]
+    return state
+
+
+def adapt_states(updater, params):
+    """Make an Updater's loaded states fit the current weights' dtypes, in place.
+
+    A float32 run's state of a weight that is float16 now gets a float32 master copy (the weight);
+    a float16 run's state of a weight that is float32 now loses its master copy.
+
+    Parameters
+    ----------
+    updater : mx.optimizer.Updater
+        With states just loaded (``Trainer.load_states``).
+    params : list of Parameter
+        The Trainer's parameters, in its order (the states' keys are their positions).
+    """
+    for index, state in list(updater.states.items()):
+        weight = _first_array(params[index]) if isinstance(index, int) and \
+            0 <= index < len(params) else None
+        if weight is not None:
+            updater.states[index] = _adapted_state(updater.optimizer, index, state, weight)
+
+
+def _first_array(param):
+    """A Parameter's value on its first device, or None while it waits for initialization."""
+    try:
+        return param.list_data()[0]
+    except (RuntimeError, gluon.parameter.DeferredInitializationError):
+        return None

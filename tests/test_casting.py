@@ -1,11 +1,13 @@
 """cast_block, cast_symbol and cast_params: dtypes, numerics, idempotence, bad input."""
 import json
+import warnings
 
 import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
+from gluoncv.nn.dropblock import DropBlock
 from mxnet.gluon.model_zoo import vision
 
 import mxfp16
@@ -329,3 +331,163 @@ def test_float32_ops_inside_the_graph_get_casts_both_ways(emulate):
     mod.init_params(mx.init.Xavier())
     mod.forward_backward(mx.io.DataBatch([mx.nd.ones((2, 3, 8, 8))], [mx.nd.array([0, 3])]))
     assert np.isfinite(mod.get_outputs()[0].asnumpy()).all()
+
+
+def dropblock_net():
+    """Conv - GluonCV DropBlock (Python branch on autograd.is_training()) - Dense."""
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(8, 3, padding=1), DropBlock(0.3, 3, 8, 8, 8), nn.Flatten(), nn.Dense(4))
+    net.initialize()
+    return net
+
+
+def drops(block, x, inference_first=False):
+    """(two training-mode forwards differ, two inference-mode forwards are equal)."""
+    if inference_first:
+        same = np.array_equal(block(x).asnumpy(), block(x).asnumpy())
+    with autograd.record():
+        first, second = block(x), block(x)
+    if not inference_first:
+        same = np.array_equal(block(x).asnumpy(), block(x).asnumpy())
+    return not np.array_equal(first.asnumpy(), second.asnumpy()), same
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("hybridize", [False, True])
+@pytest.mark.parametrize("inference_first", [False, True])
+def test_dropblock_drops_in_training_mode_only(dtype, hybridize, inference_first):
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    reference = dropblock_net()  # float32, imperative: what the Python code says
+    assert drops(reference, x, inference_first) == (True, True)
+    net = mxfp16.cast_block(dropblock_net(), dtype)
+    if hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
+    assert net.training_block is not None
+    assert drops(net, x, inference_first) == (True, True)
+
+
+@pytest.mark.parametrize("first_mode", ["training", "inference"])
+def test_mxnet_hybridize_keeps_the_first_calls_branch_where_cast_blocks_keep_both(first_mode):
+    """MXNet 1.9.1's float32 hybridized block traces once, in the mode of its first call."""
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    net = dropblock_net()
+    net.hybridize()
+    if first_mode == "training":
+        assert drops(net, x) == (True, False)  # still drops in inference
+    else:
+        assert drops(net, x, inference_first=True) == (False, True)  # never drops in training
+
+
+def test_dropout_of_a_symbol_graph_drops_in_training_mode_only():
+    data = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(mx.sym.Dropout(data, p=0.5), num_hidden=4, name="fc")
+    block = gluon.SymbolBlock(sym, [data])
+    block.initialize()
+    net = mxfp16.cast_block(block, "float16")
+    assert net.training_block is None  # one graph: Dropout reads the mode when it runs
+    assert drops(net, mx.nd.ones((4, 16))) == (True, True)
+
+
+def test_training_graph_of_a_random_op_casts_for_the_gpu():
+    """DropBlock's mask is float32 random data: the GPU graph casts it before float16 ops."""
+    net = mxfp16.cast_block(dropblock_net(), "float16", emulate=False)
+    training = net.graphs[1]
+    _, out_types, _ = training.get_internals().infer_type(data="float32")
+    assert np.dtype(out_types[-1]).name == "float32"
+
+
+def test_hybridize_settings_are_carried_over_and_imperative_blocks_stay_so():
+    net = norm_net()
+    assert mxfp16.mxnet_internals.hybridize_flags(mxfp16.cast_block(net, "float16")) is None
+    net.hybridize(static_alloc=True, static_shape=True)
+    flags = mxfp16.mxnet_internals.hybridize_flags(mxfp16.cast_block(net, "float16"))
+    assert flags["static_alloc"] is True and flags["static_shape"] is True
+
+
+def test_cast_before_initialize_then_initialize_the_cast_network():
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(8, 3), nn.BatchNorm(), nn.Dense(3))
+    net16 = mxfp16.cast_block(net, "float16")
+    net16.initialize(mx.init.MSRAPrelu(), ctx=[mx.cpu(0), mx.cpu(1)])
+    out = net16(mx.nd.ones((2, 3, 8, 8), ctx=mx.cpu(1)))
+    assert out.dtype == np.float32 and dtype_name(net[0].weight) == "float16"
+    assert net[0].weight.data(mx.cpu(1)).dtype == np.float16
+
+
+def cifar_net():
+    from gluoncv.model_zoo import get_model
+    return get_model("cifar_resnet20_v1", classes=10, pretrained=False)
+
+
+def test_float16_checkpoint_loads_into_the_float32_network_with_no_option(tmp_path):
+    net16 = mxfp16.cast_block(cifar_net(), "float16")
+    net16.initialize(mx.init.Xavier())
+    x = mx.nd.random.uniform(shape=(2, 3, 16, 16))
+    out16 = net16(x).asnumpy()
+    net16.save_parameters(str(tmp_path / "net.params"))
+    assert {v.dtype for v in mx.nd.load(str(tmp_path / "net.params")).values()} == {np.float32}
+    plain = cifar_net()
+    plain.load_parameters(str(tmp_path / "net.params"))
+    assert relative_error(plain(x).asnumpy(), out16) < 1e-2
+    again = mxfp16.cast_block(cifar_net(), "float16")
+    again.load_parameters(str(tmp_path / "net.params"))
+    assert np.array_equal(again(x).asnumpy(), out16)
+
+
+def test_saved_float32_values_are_the_optimizers_master_weights(tmp_path):
+    net = nn.Dense(4, in_units=8)
+    net.initialize(mx.init.Constant(0.5))
+    net16 = mxfp16.cast_block(net, "float16")
+    trainer = mxfp16.Trainer(net16.collect_params(), "sgd", {"learning_rate": 1e-5},
+                             dtype="float16", loss_scale=1)
+    for _ in range(3):  # 3e-5 in all: less than half a float16 step (2**-13) below 0.5
+        with autograd.record():
+            loss = net16(mx.nd.ones((1, 8))).sum()
+        trainer.backward(loss)
+        trainer.step(1)
+    master = mxfp16.optimizers.master_copies(net.weight)[0].asnumpy()
+    assert np.all(net.weight.data().asnumpy() == 0.5) and np.all(master < 0.5)
+    net16.save_parameters(str(tmp_path / "net.params"))
+    assert np.array_equal(mx.nd.load(str(tmp_path / "net.params"))["weight"].asnumpy(), master)
+    net16.save_parameters(str(tmp_path / "half.params"), dtype="float16")
+    half = mx.nd.load(str(tmp_path / "half.params"))
+    assert half["weight"].dtype == np.float16 and np.all(half["weight"].asnumpy() == 0.5)
+    plain = nn.Dense(4, in_units=8)
+    plain.load_parameters(str(tmp_path / "half.params"), cast_dtype=True)
+    assert plain.weight.data().dtype == np.float32
+
+
+def test_load_parameters_reads_float16_files_and_parameter_names(tmp_path):
+    net = norm_net()
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=(2, 3, 8, 8))
+    ref = net(x).asnumpy()
+    net.export(str(tmp_path / "net"))  # 'arg:conv0_weight', ...: the parameters' own names
+    saved = mx.nd.load(str(tmp_path / "net-0000.params"))
+    half = {k: v.astype("float16") for k, v in saved.items()}
+    mx.nd.save(str(tmp_path / "half.params"), half)
+    net16 = mxfp16.cast_block(net, "float16")
+    net16.load_parameters(str(tmp_path / "half.params"))
+    assert relative_error(net16(x).asnumpy(), ref) < 1e-2
+    mx.nd.save(str(tmp_path / "part.params"), dict(list(half.items())[:2]))
+    with pytest.raises(ValueError, match="has no value for parameter.*allow_missing=True"):
+        net16.load_parameters(str(tmp_path / "part.params"))
+    other = mxfp16.cast_block(norm_net(), "float16")  # other instance: other parameter names
+    with pytest.raises(ValueError, match="holds .*arg:.*which this network does not have"):
+        other.load_parameters(str(tmp_path / "half.params"), allow_missing=True)
+
+
+def test_overflowing_outputs_warn_once_in_inference_and_never_in_training():
+    net = nn.Dense(2, in_units=4)
+    net.initialize(mx.init.Constant(20000.0))  # 4 x 20000 > 65504: inf in float16
+    net16 = mxfp16.cast_block(net, "float16")
+    x = mx.nd.ones((1, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with autograd.record():
+            net16(x)
+        assert not caught
+        net16(x)
+        net16(x)
+    assert [str(w.message).count("65504") for w in caught] == [1]
+    assert caught[0].category is RuntimeWarning

@@ -2,6 +2,7 @@
 import mxnet as mx
 import numpy as np
 import pytest
+from mxnet import gluon
 from mxnet.gluon import nn
 
 import mxfp16
@@ -68,6 +69,38 @@ def test_arguments_set_by_make_optimizer_are_refused():
         mxfp16.make_optimizer("sgd", "float16", multi_precision=False)
     with pytest.raises(ValueError, match="loss_scale must be positive"):
         mxfp16.make_optimizer("sgd", "float16", loss_scale=0)
+    with pytest.raises(ValueError, match="rescale_grad=0.5.*scale the loss"):
+        mxfp16.make_optimizer("sgd", "float16", rescale_grad=0.5)
+
+
+@pytest.mark.parametrize("dtype, agrees, contradicts", [
+    ("float16", True, False), ("bfloat16", True, False), ("float32", False, True)])
+def test_multi_precision_that_agrees_is_accepted(dtype, agrees, contradicts):
+    assert mxfp16.make_optimizer("nag", dtype, multi_precision=agrees).multi_precision is agrees
+    with pytest.raises(ValueError, match=rf"multi_precision={contradicts} contradicts "
+                                         rf"dtype='{dtype}'.*remove multi_precision"):
+        mxfp16.make_optimizer("nag", dtype, multi_precision=contradicts)
+
+
+def test_float32_takes_any_mxnet_optimizer():
+    assert type(mxfp16.make_optimizer("lamb", "float32")).__name__ == "LAMB"
+
+
+def float16_params():
+    net = nn.Dense(2, in_units=3)
+    net.initialize()
+    return mxfp16.cast_block(net, "float16").collect_params()
+
+
+def test_make_trainer_takes_gluon_trainers_arguments():
+    trainer = mxfp16.make_trainer(float16_params(), "nag",
+                                  {"learning_rate": 0.1, "multi_precision": True}, "device")
+    assert trainer.optimizer.multi_precision and type(trainer.optimizer).__name__ == "NAG"
+    trainer.allreduce_grads()
+    with pytest.raises(ValueError, match="remove update_on_kvstore=True"):
+        mxfp16.make_trainer(float16_params(), "sgd", {}, update_on_kvstore=True)
+    with pytest.raises(ValueError, match="multi_precision=False contradicts"):
+        mxfp16.make_trainer(float16_params(), "sgd", {"multi_precision": False})
 
 
 def test_make_trainer_updates_on_workers():
@@ -77,3 +110,39 @@ def test_make_trainer_updates_on_workers():
                                   momentum=0.9)
     assert trainer.optimizer.multi_precision and trainer.learning_rate == 0.1
     trainer.allreduce_grads()  # raises if the update ran on the kvstore
+
+
+def updated_state(name, weight):
+    """An optimizer state after one multi-precision update of ``weight`` (float16)."""
+    opt = mxfp16.make_optimizer(name, "float16", learning_rate=1e-4)
+    state = opt.create_state_multi_precision(0, weight)
+    opt.update_multi_precision(0, weight, mx.nd.full(weight.shape, 0.1, dtype="float16"), state)
+    return opt, state
+
+
+@pytest.mark.parametrize("name", mxfp16.MULTI_PRECISION_OPTIMIZERS)
+def test_master_weight_is_the_float32_copy_the_update_moved(name):
+    weight = mx.nd.full((4, 4), 0.5, dtype="float16")
+    opt, state = updated_state(name, weight)
+    master = mxfp16.optimizers.master_weight(opt, state)
+    assert master.dtype == np.float32 and master.shape == (4, 4)
+    assert np.all(master.astype("float16").asnumpy() == weight.asnumpy())
+    assert not np.all(master.asnumpy() == 0.5)  # below float16 resolution: only the copy moved
+
+
+@pytest.mark.parametrize("name", mxfp16.MULTI_PRECISION_OPTIMIZERS)
+def test_states_of_a_float32_run_get_a_master_copy_and_lose_it_again(name):
+    weight = mx.nd.full((4, 4), 0.5, dtype="float16")
+    opt, state = updated_state(name, weight)
+    updater = mx.optimizer.get_updater(opt)
+    param = gluon.Parameter("w", shape=(4, 4), dtype="float16")
+    param.initialize(init=mx.init.Constant(0.5))
+    plain = opt.create_state(0, weight.astype("float32"))
+    updater.states = {0: plain}
+    mxfp16.optimizers.adapt_states(updater, [param])
+    structure = mxfp16.optimizers._structure
+    assert structure(updater.states[0]) == structure(state)
+    assert np.all(mxfp16.optimizers.master_weight(opt, updater.states[0]).asnumpy() == 0.5)
+    param.cast("float32")
+    mxfp16.optimizers.adapt_states(updater, [param])
+    assert structure(updater.states[0]) == structure(plain)

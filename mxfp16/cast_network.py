@@ -1,0 +1,180 @@
+"""The network :func:`mxfp16.cast_block` returns: a SymbolBlock that behaves like its original.
+
+It runs the graph traced in the current autograd mode, writes float32 checkpoints a float32 network
+of the same architecture loads, reads float32 or float16 ones, and warns once when a float16
+network's output overflows in evaluation.
+"""
+import warnings
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from . import mxnet_internals
+from .loss_scaling import all_finite
+from .optimizers import master_copies
+
+#: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the
+#: float16 network's own (half the bytes, for deployment).
+SAVE_DTYPES = ("float32", "float16")
+
+#: The warning a float16 network gives, once, when an output in inference mode holds inf or NaN.
+OVERFLOW_WARNING = (
+    "mxfp16: an output of the float16 network holds inf or NaN (inference mode; warned once). "
+    "The likely cause: logits beyond 65504, float16's largest value, from the last float16 layer "
+    "(the outputs are float32, but only after that layer). Check the inputs for inf/NaN and keep "
+    "the logits in range (normalized inputs, weight decay, a smaller learning rate), or evaluate "
+    "the float32 network with the checkpoint net.save_parameters() writes.")
+
+
+def _data_inputs(data_names):
+    """Input symbols for the data: float32 declared, any float dtype accepted at call time."""
+    return [mx.sym.var(name, dtype="float32") for name in data_names]
+
+
+def _ndarrays(out):
+    """The NDArrays of a block's output (one array, or nested lists of them)."""
+    if isinstance(out, (list, tuple)):
+        return [array for item in out for array in _ndarrays(item)]
+    return [out] if isinstance(out, mx.nd.NDArray) else []
+
+
+def _float32_value(param):
+    """A parameter's float32 value on the CPU: the optimizer's master copy when the weight is that
+    copy rounded (the optimizer holds it), else the value widened, averaged over the devices as
+    Gluon saves it (BatchNorm's running statistics differ between devices)."""
+    arrays = param.list_data()
+    masters = master_copies(param)
+    if masters and bool((masters[0].astype(arrays[0].dtype) == arrays[0]).min().asscalar()):
+        return masters[0].copyto(mx.cpu())
+    widened = [array.copyto(mx.cpu()).astype("float32", copy=False) for array in arrays]
+    return widened[0] if len(widened) == 1 else mx.nd.add_n(*widened) / len(widened)
+
+
+class CastBlock(gluon.SymbolBlock):
+    """The network :func:`cast_block` returns: a ``SymbolBlock`` that behaves like its original.
+
+    * Calls in training mode (inside ``autograd.record()`` or ``autograd.train_mode()``) run the
+      graph traced in training mode, other calls the one traced in inference mode, so every branch
+      on ``autograd.is_training()`` stays live (GluonCV's DropBlock drops only in training).
+    * :meth:`save_parameters` writes float32 values under the names the original block uses, so
+      the float32 network of the same architecture loads them as they are; :meth:`load_parameters`
+      reads float32 or float16 files, with those names or the parameters' own.
+    * A float16 network warns once if an output in inference mode holds inf or NaN.
+
+    Parameters
+    ----------
+    graphs : (Symbol, Symbol or None)
+        The cast inference graph, and the cast training graph where it differs.
+    data_names : list of str
+        The data inputs.
+    params : ParameterDict
+        The original block's parameters, shared.
+    param_keys : dict of str to Parameter
+        The original block's ``save_parameters`` names.
+    dtype : str
+        The dtype the network was cast to.
+    """
+
+    def __init__(self, graphs, data_names, params, param_keys, dtype):
+        inference, training = graphs
+        super().__init__(inference, _data_inputs(data_names), params=params)
+        self.data_names = list(data_names)
+        self.param_keys = dict(param_keys)
+        self._watch_outputs = dtype == "float16"
+        # A child block, so hybridize() reaches it; it shares every Parameter.
+        self.training_block = None if training is None else \
+            gluon.SymbolBlock(training, _data_inputs(data_names), params=params)
+
+    @property
+    def graphs(self):
+        """``(inference graph, training graph or None when the two are the same)``."""
+        training = None if self.training_block is None else \
+            mxnet_internals.symbol_block_graph(self.training_block)[1]
+        return mxnet_internals.symbol_block_graph(self)[1], training
+
+    def forward(self, x, *args):
+        if self.training_block is not None and autograd.is_training():
+            return self.training_block(x, *args)
+        out = super().forward(x, *args)
+        if self._watch_outputs and not autograd.is_training():
+            arrays = _ndarrays(out)
+            if arrays and not all_finite(arrays):
+                self._watch_outputs = False
+                warnings.warn(OVERFLOW_WARNING, RuntimeWarning, stacklevel=3)
+        return out
+
+    def save_parameters(self, filename, deduplicate=False, dtype="float32"):
+        """Save the parameters under the original block's names, in float32 by default.
+
+        Parameters
+        ----------
+        filename : str
+        deduplicate : bool
+            Save a parameter shared by several layers once, as in Gluon.
+        dtype : {'float32', 'float16'}
+            ``'float32'``: the optimizer's float32 master weights where it holds them (the Trainer
+            the parameters were given to), else the float16 values widened; ``get_model(name)
+            .load_parameters(filename)`` loads the file with no option.  ``'float16'``: the values
+            as the network holds them (float16 weights, float32 normalization), half the size; a
+            float32 network loads it with ``load_parameters(filename, cast_dtype=True)``.
+
+        Raises
+        ------
+        ValueError
+            For another ``dtype``.
+        """
+        if dtype not in SAVE_DTYPES:
+            raise ValueError(f"dtype={dtype!r}: choose one of {', '.join(SAVE_DTYPES)} ('float32' "
+                             "for a checkpoint any float32 network loads)")
+        saved, seen = {}, set()
+        for key, param in self.param_keys.items():
+            if not (deduplicate and id(param) in seen):
+                seen.add(id(param))
+                saved[key] = _float32_value(param) if dtype == "float32" else \
+                    param.list_data()[0].copyto(mx.cpu())
+        mx.nd.save(filename, saved)
+
+    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
+                        cast_dtype=False, dtype_source="current"):
+        """Load a float32 or float16 parameter file, converting each value to this network's dtype.
+
+        The names may be the original block's (``save_parameters`` of this network, of the float32
+        network, GluonCV's and MXNet's model-zoo files) or the parameters' own (``arg:``/``aux:``
+        prefixes allowed).  Loaded float32 values also become the optimizer's master weights.
+        ``cast_dtype`` is accepted for Gluon's signature: values are always converted.
+
+        Raises
+        ------
+        ValueError
+            For a parameter the file lacks (unless ``allow_missing``), a name it has that this
+            network does not (unless ``ignore_extra``), or ``dtype_source='saved'``.
+        """
+        if dtype_source != "current":
+            raise ValueError(f"dtype_source={dtype_source!r}: a cast network keeps its own dtypes; "
+                             "leave dtype_source='current'")
+        values, extra = self._values_by_name(mx.nd.load(filename))
+        missing = [name for name in self.collect_params() if name not in values]
+        if missing and not allow_missing:
+            raise ValueError(f"{filename!r} has no value for parameter(s) {missing[:4]}: pass "
+                             "allow_missing=True to keep their current values, or check the file")
+        if extra and not ignore_extra:
+            raise ValueError(f"{filename!r} holds {extra[:4]}, which this network does not have: "
+                             "pass ignore_extra=True to skip them, or check the file")
+        params = self.collect_params()
+        params.load_dict(values, ctx=ctx, allow_missing=True, cast_dtype=True)
+        for name, value in values.items():
+            for master in master_copies(params[name]):
+                master[:] = value.astype("float32").as_in_context(master.context)
+
+    def _values_by_name(self, loaded):
+        """``({parameter name: value}, [unknown keys])`` for a loaded parameter file."""
+        by_name = dict(self.collect_params().items())
+        values, extra = {}, []
+        for key, value in (loaded.items() if isinstance(loaded, dict) else []):
+            name = key[4:] if key.startswith(("arg:", "aux:")) else key
+            param = self.param_keys.get(name) or by_name.get(name)
+            if param is None:
+                extra.append(key)
+            else:
+                values[param.name] = value
+        return values, extra

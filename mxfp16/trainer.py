@@ -1,0 +1,223 @@
+"""``mxfp16.Trainer``: gluon.Trainer for mixed precision, a drop-in that scales the loss itself.
+
+Porting a Gluon script is then a handful of edits: ``gluon.Trainer(...)`` becomes
+``mxfp16.Trainer(..., dtype=dtype)``, ``loss.backward()`` becomes ``trainer.backward(loss)``, and
+``trainer.step(batch_size)`` stays, skipping the update when a gradient overflowed.  The optimizer
+comes from :func:`mxfp16.make_optimizer` (float32 master weights for float16) and the loss scaler
+from :func:`mxfp16.make_loss_scaler`; ``save_states`` / ``load_states`` carry the scaler's state in
+the same file as the optimizer's.
+"""
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from . import mxnet_internals
+from .loss_scaling import LossScaler, make_loss_scaler
+from .optimizers import adapt_states, make_optimizer, restore_multi_precision, training_dtype
+
+#: Attribute of the optimizer pickled into a ``.states`` file that carries the loss scaler's
+#: state: inside the optimizer, the file stays one ``gluon.Trainer.load_states`` reads.
+SCALER_STATE_ATTRIBUTE = "mxfp16_loss_scaler"
+
+
+class _GluonSteps:
+    """A Trainer as the loss scaler drives it, through gluon.Trainer's own methods.
+
+    The scaler calls ``allreduce_grads``, ``update`` and (when disabled) ``step``, which
+    :class:`Trainer` overrides to call the scaler: this view breaks that loop.
+    """
+
+    def __init__(self, trainer, ignore_stale_grad=False):
+        self._trainer = trainer
+        self._ignore_stale_grad = ignore_stale_grad
+
+    def __getattr__(self, name):
+        return getattr(self._trainer, name)
+
+    def allreduce_grads(self):
+        gluon.Trainer.allreduce_grads(self._trainer)
+
+    def update(self, batch_size):
+        gluon.Trainer.update(self._trainer, batch_size, self._ignore_stale_grad)
+
+    def step(self, batch_size):
+        gluon.Trainer.step(self._trainer, batch_size, self._ignore_stale_grad)
+
+
+def _scaler_for(loss_scale, dtype):
+    return loss_scale if isinstance(loss_scale, LossScaler) else make_loss_scaler(loss_scale, dtype)
+
+
+def _check_update_on_kvstore(update_on_kvstore, scaler):
+    """gluon.Trainer's setting, except that a loss scaler needs the update on the workers."""
+    if not scaler.enabled:
+        return update_on_kvstore
+    if update_on_kvstore:
+        raise ValueError("update_on_kvstore=True updates the weights inside the gradient exchange, "
+                         "before the loss scaler can check the summed gradients for overflow: "
+                         "leave update_on_kvstore out (mxfp16.Trainer updates on the workers), or "
+                         "turn loss scaling off with loss_scale=1")
+    return False
+
+
+class Trainer(gluon.Trainer):
+    """A drop-in for ``gluon.Trainer`` that trains float16 networks: master weights, loss scaling.
+
+    Parameters
+    ----------
+    params, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore
+        As for ``gluon.Trainer``.  ``optimizer_params`` may hold ``multi_precision`` if it agrees
+        with ``dtype`` (GluonCV's scripts set it for float16); mxfp16 sets it from ``dtype``.
+        ``update_on_kvstore=True`` is refused while the loss is scaled: the scaler must see the
+        aggregated gradients before the update.
+    dtype : {'float16', 'bfloat16', 'float32'} or None
+        The training dtype; None infers it from the parameters (float16 when
+        :func:`mxfp16.cast_block` made them so).
+    loss_scale : 'dynamic', float, LossScaler or None
+        None: ``'dynamic'`` for float16, off for float32 and bfloat16 (see
+        :func:`mxfp16.make_loss_scaler`); a number: a static scale (1 turns scaling off); or a
+        scaler of your own.
+
+    Raises
+    ------
+    ValueError
+        For a ``multi_precision`` or ``dtype`` that contradicts the parameters, an unsupported
+        optimizer, or ``update_on_kvstore=True`` with loss scaling.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import autograd
+    >>> from mxnet.gluon import nn
+    >>> import mxfp16
+    >>> net = nn.Dense(2, in_units=4)
+    >>> net.initialize()
+    >>> net = mxfp16.cast_block(net, 'float16')
+    >>> trainer = mxfp16.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1},
+    ...                          dtype='float16', loss_scale=1024)
+    >>> with autograd.record():
+    ...     loss = net(mx.nd.ones((8, 4))).sum()
+    >>> trainer.backward(loss)  # the loss times 1024
+    >>> trainer.step(8), trainer.loss_scale, trainer.num_skipped
+    (True, 1024.0, 0)
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
+                 compression_params=None, update_on_kvstore=None, *, dtype=None,
+                 loss_scale=None):
+        dtype = training_dtype(params, dtype)
+        self.dtype = dtype
+        self.scaler = _scaler_for(loss_scale, dtype)
+        optimizer = make_optimizer(optimizer, dtype, **dict(optimizer_params or {}))
+        super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
+                         update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
+                                                                    self.scaler))
+
+    @property
+    def loss_scale(self):
+        """The loss scale the next :meth:`backward` multiplies by (1.0 when scaling is off)."""
+        return self.scaler.loss_scale
+
+    @property
+    def num_steps(self):
+        """Steps the loss scaler checked, skipped ones included (none while scaling is off)."""
+        return self.scaler.num_steps
+
+    @property
+    def num_skipped(self):
+        """Steps skipped because a gradient overflowed."""
+        return self.scaler.num_skipped
+
+    @property
+    def consecutive_skips(self):
+        """Skipped steps in a row, up to the last one."""
+        return self.scaler.consecutive_skips
+
+    def backward(self, losses, retain_graph=False, train_mode=True):
+        """``autograd.backward`` of the losses multiplied by the loss scale.
+
+        Replaces ``loss.backward()`` / ``for l in losses: l.backward()``, inside or outside
+        ``autograd.record()``: the scale enters as the head gradient, so the gradients are the
+        ones ``(loss * scale).backward()`` gives.
+
+        Parameters
+        ----------
+        losses : NDArray or list of NDArray
+            One loss per device, as ``split_and_load`` gives them.
+        retain_graph, train_mode : bool
+            As for ``NDArray.backward``.
+        """
+        heads = list(losses) if isinstance(losses, (list, tuple)) else [losses]
+        scale = self.loss_scale
+        head_grads = None if scale == 1.0 else \
+            [mx.nd.full(head.shape, scale, ctx=head.context, dtype=head.dtype) for head in heads]
+        autograd.backward(heads, head_grads=head_grads, retain_graph=retain_graph,
+                          train_mode=train_mode)
+
+    def step(self, batch_size, ignore_stale_grad=False):
+        """Aggregate, check every gradient on every device, and update unless one overflowed.
+
+        Parameters
+        ----------
+        batch_size, ignore_stale_grad
+            As for ``gluon.Trainer.step``.
+
+        Returns
+        -------
+        bool
+            True if the weights were updated; False if the step was skipped (weights and optimizer
+            state untouched on every device) and the dynamic scale backed off.
+        """
+        return self.scaler.step(_GluonSteps(self, ignore_stale_grad), batch_size)
+
+    def allreduce_grads(self):
+        """Aggregate the gradients across devices, as in Gluon, and divide them by the loss scale,
+        so that code between this and :meth:`update` (``gluon.utils.clip_global_norm``) sees the
+        true gradients.  Gradients below float16's smallest value (2**-24) flush to zero on the
+        way: :meth:`clip_global_norm` clips without that loss."""
+        if self.scaler.enabled:
+            self.scaler.unscale(_GluonSteps(self))
+        else:
+            super().allreduce_grads()
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        """Update after :meth:`allreduce_grads` (aggregating first if it was not called), unless a
+        gradient overflowed; return whether the update ran (see :meth:`step`)."""
+        if not self.scaler.enabled:
+            super().update(batch_size, ignore_stale_grad)
+            return True
+        return self.scaler.step(_GluonSteps(self, ignore_stale_grad), batch_size)
+
+    def clip_global_norm(self, max_norm):
+        """Aggregate the gradients and clip their global norm, measured unscaled, to ``max_norm``.
+
+        Call between :meth:`backward` and :meth:`step`.  Returns the unscaled global norm (inf or
+        NaN when a gradient overflowed: nothing is clipped and ``step`` skips).
+        """
+        return self.scaler.clip_global_norm(_GluonSteps(self), max_norm)
+
+    def save_states(self, fname):
+        """Save the optimizer state (master weights, momenta, update count) and the loss
+        scaler's state, in gluon.Trainer's format (``gluon.Trainer.load_states`` reads it)."""
+        optimizer = self.optimizer
+        setattr(optimizer, SCALER_STATE_ATTRIBUTE, self.scaler.state_dict())
+        try:
+            super().save_states(fname)
+        finally:
+            delattr(optimizer, SCALER_STATE_ATTRIBUTE)
+
+    def load_states(self, fname):
+        """Load what :meth:`save_states` or ``gluon.Trainer.save_states`` wrote.
+
+        A file from gluon.Trainer has no scaler state (the scaler keeps its own).  The states are
+        fitted to the weights' dtypes: resuming a float32 run in float16 gives each float16 weight
+        a float32 master copy (the weight itself), and the reverse drops it.
+        """
+        super().load_states(fname)
+        optimizer = self.optimizer
+        scaler_state = optimizer.__dict__.pop(SCALER_STATE_ATTRIBUTE, None)
+        if scaler_state is not None:
+            self.scaler.load_state_dict(scaler_state)
+        restore_multi_precision(optimizer, self.dtype)
+        params = mxnet_internals.trainer_params(self)
+        for updater in mxnet_internals.trainer_updaters(self):
+            adapt_states(updater, params)
