@@ -107,6 +107,7 @@ class Trainer(gluon.Trainer):
         dtype = training_dtype(params, dtype)
         self.dtype = dtype
         self.scaler = _scaler_for(loss_scale, dtype)
+        self._loss_scaled = False  # trainer.backward / trainer.scale ran since the last update
         optimizer = make_optimizer(optimizer, dtype, **dict(optimizer_params or {}))
         super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
@@ -132,6 +133,12 @@ class Trainer(gluon.Trainer):
         """Skipped steps in a row, up to the last one."""
         return self.scaler.consecutive_skips
 
+    def scale(self, loss):
+        """The loss (an NDArray or a list) times the loss scale, for code that calls ``backward``
+        itself (inside ``autograd.record()``); :meth:`backward` does both."""
+        self._loss_scaled = True
+        return self.scaler.scale(loss)
+
     def backward(self, losses, retain_graph=False, train_mode=True):
         """``autograd.backward`` of the losses multiplied by the loss scale.
 
@@ -152,6 +159,21 @@ class Trainer(gluon.Trainer):
             [mx.nd.full(head.shape, scale, ctx=head.context, dtype=head.dtype) for head in heads]
         autograd.backward(heads, head_grads=head_grads, retain_graph=retain_graph,
                           train_mode=train_mode)
+        self._loss_scaled = True
+
+    def _steps(self, ignore_stale_grad=False):
+        """This Trainer as the scaler drives it, once the step's loss was scaled."""
+        if self.scaler.enabled and not self._loss_scaled:
+            raise RuntimeError(
+                "the gradients did not come from trainer.backward(loss): with loss scaling on "
+                f"(scale {self.loss_scale:g}), loss.backward() leaves them unscaled and the step "
+                "would divide them by the scale; replace `loss.backward()` or `for l in loss: "
+                "l.backward()` with `trainer.backward(loss)`")
+        return _GluonSteps(self, ignore_stale_grad)
+
+    def _stepped(self, updated):
+        self._loss_scaled = False
+        return updated
 
     def step(self, batch_size, ignore_stale_grad=False):
         """Aggregate, check every gradient on every device, and update unless one overflowed.
@@ -167,7 +189,7 @@ class Trainer(gluon.Trainer):
             True if the weights were updated; False if the step was skipped (weights and optimizer
             state untouched on every device) and the dynamic scale backed off.
         """
-        return self.scaler.step(_GluonSteps(self, ignore_stale_grad), batch_size)
+        return self._stepped(self.scaler.step(self._steps(ignore_stale_grad), batch_size))
 
     def allreduce_grads(self):
         """Aggregate the gradients across devices, as in Gluon, and divide them by the loss scale,
@@ -175,7 +197,7 @@ class Trainer(gluon.Trainer):
         true gradients.  Gradients below float16's smallest value (2**-24) flush to zero on the
         way: :meth:`clip_global_norm` clips without that loss."""
         if self.scaler.enabled:
-            self.scaler.unscale(_GluonSteps(self))
+            self.scaler.unscale(self._steps())
         else:
             super().allreduce_grads()
 
@@ -185,7 +207,7 @@ class Trainer(gluon.Trainer):
         if not self.scaler.enabled:
             super().update(batch_size, ignore_stale_grad)
             return True
-        return self.scaler.step(_GluonSteps(self, ignore_stale_grad), batch_size)
+        return self._stepped(self.scaler.step(self._steps(ignore_stale_grad), batch_size))
 
     def clip_global_norm(self, max_norm):
         """Aggregate the gradients and clip their global norm, measured unscaled, to ``max_norm``.
@@ -193,7 +215,7 @@ class Trainer(gluon.Trainer):
         Call between :meth:`backward` and :meth:`step`.  Returns the unscaled global norm (inf or
         NaN when a gradient overflowed: nothing is clipped and ``step`` skips).
         """
-        return self.scaler.clip_global_norm(_GluonSteps(self), max_norm)
+        return self.scaler.clip_global_norm(self._steps(), max_norm)
 
     def save_states(self, fname):
         """Save the optimizer state (master weights, momenta, update count) and the loss

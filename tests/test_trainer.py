@@ -120,6 +120,25 @@ def test_float16_trainer_matches_the_scaler_recipe_exactly(inside_record):
     assert_same(expected, weights(net))
 
 
+def test_unscaled_backward_is_refused_with_the_fix_and_scale_is_the_manual_form():
+    net = mxfp16.cast_block(small_net([mx.cpu()]), "float16")
+    trainer = mxfp16.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                             dtype="float16", loss_scale=64)
+    (data, label), = batches(1)
+    with autograd.record():
+        loss = losses(net, data, label, [mx.cpu()])
+    for item in loss:
+        item.backward()  # the line a port forgot to change
+    with pytest.raises(RuntimeError, match=r"scale 64.*trainer\.backward\(loss\)"):
+        trainer.step(8)
+    with autograd.record():
+        scaled = trainer.scale(losses(net, data, label, [mx.cpu()]))
+    autograd.backward(scaled)
+    assert trainer.step(8) and trainer.num_steps == 1
+    with pytest.raises(RuntimeError, match="did not come from trainer.backward"):
+        trainer.step(8)  # one scaled backward per step
+
+
 def test_dtype_and_scaling_follow_the_parameters():
     half = mxfp16.cast_block(small_net([mx.cpu()]), "float16")
     trainer = mxfp16.Trainer(half.collect_params(), "sgd", {"learning_rate": 0.1})
