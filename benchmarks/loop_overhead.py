@@ -7,10 +7,13 @@ splitting batches) eats into the float16 speed-up.  Short CPU steps (``cifar_res
 
 For each dtype, --rounds times in turn and in one process:
 
-* the bare loop: the least any toolkit on top of MXNet does per step.  One in-memory batch,
-  ``cast_block`` + ``hybridize(static_alloc, static_shape)``, forward, backward, the loss scaler's
-  step (dynamic scaling for float16, none for the others) and SGD with momentum; --warmup steps,
-  then --steps steps timed with one ``waitall`` at the end (the host never waits in between);
+* the bare loop: the least any toolkit on top of MXNet does per step, on the very network the
+  script trains (the zoo network as a ``SymbolBlock``, ``cast_block``, ``hybridize(static_alloc,
+  static_shape)``: ``mxfp16.train.gluon_api.gluon_network``).  One in-memory batch, forward,
+  backward, the loss scaler's step (dynamic scaling for float16, none for the others) and SGD with
+  momentum; --warmup steps, then --steps steps timed with one ``waitall`` at the end (the host never
+  waits in between, except for the overflow decision of float16's scaler, which the script makes
+  too);
 * the script: ``scripts/train_imagenet.py``'s ``main()`` with ``--benchmark 1`` (synthetic data),
   two epochs of --steps batches, and the img/s of its second epoch (graph built, memory allocated;
   read from metrics.jsonl), so both sides are steady-state figures.
@@ -36,7 +39,8 @@ import mxfp16
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, parse_image_shape, publish,
                           require_positive)
-from mxfp16.models import get_network
+from mxfp16.models import new_network
+from mxfp16.train.gluon_api import gluon_network
 
 NAME = "loop_overhead"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -46,11 +50,9 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def bare_img_per_s(config, dtype):
     """Steady-state img/s of the bare loop."""
     mx.random.seed(0)
-    net = get_network(config.network, num_classes=config.num_classes)
-    net.initialize(mx.init.Xavier())
-    net = mxfp16.cast_block(net, dtype)
-    net.hybridize(static_alloc=True, static_shape=True)
-    trainer = mxfp16.make_trainer(net.collect_params(), "sgd", dtype, learning_rate=0.01,
+    network = new_network(config.network, config.num_classes, config.image_shape)
+    block, net = gluon_network(network, [mx.cpu()], dtype)
+    trainer = mxfp16.make_trainer(block.collect_params(), "sgd", dtype, learning_rate=0.01,
                                   momentum=0.9)
     scaler = mxfp16.make_loss_scaler(None, dtype)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()

@@ -128,3 +128,43 @@ def test_soft_targets_for_label_smoothing_and_mixup():
     np.testing.assert_allclose(mixed[0], [0.7, 0.0, 0.0, 0.3], rtol=1e-6)
     data = mx.nd.array([[1.0], [2.0], [4.0]])
     np.testing.assert_allclose(metrics.mixup_data(data, 0.5).asnumpy().ravel(), [2.5, 2.0, 2.5])
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """Counts the reads of NDArrays back to the host (every wait on the engine goes through one)."""
+    calls = {"reads": 0}
+    asnumpy = mx.nd.NDArray.asnumpy
+
+    def counted(self):
+        calls["reads"] += 1
+        return asnumpy(self)
+    monkeypatch.setattr(mx.nd.NDArray, "asnumpy", counted)
+    return calls
+
+
+def reads_per_epoch(api_type, network, dtype, scaler, num_batches, host_reads):
+    extra = {} if api_type is gluon_api.GluonAPI else \
+        dict(data_shape=(BATCH,) + IMAGE_SHAPE, num_classes=4)
+    api = api_type(network, scaler, ctx=[mx.cpu()], dtype=dtype, kvstore="device",
+                   optimizer="sgd", optimizer_params={"learning_rate": 0.01}, **extra)
+    data = synthetic_iter(BATCH, IMAGE_SHAPE, 4, num_batches, seed=1)
+    host_reads["reads"] = 0
+    loop.train_one_epoch(api, data, num_classes=4, batch_size=BATCH, num_batches=num_batches,
+                         disp_batches=100)
+    return host_reads["reads"]
+
+
+@pytest.mark.parametrize("api_type", [gluon_api.GluonAPI, module_api.ModuleAPI],
+                         ids=["gluon", "module"])
+@pytest.mark.parametrize("dtype, scaler, reads_per_step", [
+    ("float32", mxfp16.StaticLossScaler(1, enabled=False), 0),
+    ("bfloat16", mxfp16.StaticLossScaler(1, enabled=False), 0),
+    ("float16", mxfp16.DynamicLossScaler(init_scale=2.0 ** 8), 1),  # the overflow decision
+], ids=["float32", "bfloat16", "float16"])
+def test_a_step_waits_on_the_device_at_most_for_the_overflow_decision(
+        network, api_type, dtype, scaler, reads_per_step, host_reads):
+    """Metrics, losses and the progress bar are read at --disp-batches and at the end only."""
+    short = reads_per_epoch(api_type, network, dtype, scaler, 2, host_reads)
+    long = reads_per_epoch(api_type, network, dtype, scaler, 5, host_reads)
+    assert long - short == 3 * reads_per_step

@@ -7,6 +7,7 @@ import argparse
 
 from ..kvstore import KVSTORE_TYPES
 from .config import FineTuneConfig, TrainConfig
+from .flags_compat import add_compat_arguments
 from .schedule import LR_MODES
 
 
@@ -40,13 +41,16 @@ def add_train_arguments(parser, defaults=None):
     _add_data_arguments(parser, defaults)
     _add_optimizer_arguments(parser, defaults)
     _add_run_arguments(parser, defaults)
+    add_compat_arguments(parser, defaults)
     return parser
 
 
 def _add_network_arguments(parser, d):
     group = parser.add_argument_group("network")
-    group.add_argument("--network", default=d.network,
-                       help=f"model-zoo network (GluonCV or MXNet) (default: {d.network})")
+    group.add_argument("--network", "--model", default=d.network,
+                       help="model-zoo network (GluonCV or MXNet), or a network of MXNet's example "
+                            "with --num-layers (resnet-v1, resnet, resnext, vgg, inception-v3, "
+                            f"mobilenet, ...); --model is GluonCV's name (default: {d.network})")
     group.add_argument("--api", default=d.api, help="MXNet API: gluon (HybridBlock + Trainer) or "
                        f"module (Symbol + Module) (default: {d.api})")
     group.add_argument("--dtype", default=d.dtype,
@@ -55,19 +59,26 @@ def _add_network_arguments(parser, d):
                        help=f"number of classes (default: {d.num_classes})")
     group.add_argument("--image-shape", type=int_tuple, default=d.image_shape,
                        help="input shape C,H,W (default: %s)" % ",".join(map(str, d.image_shape)))
-    group.add_argument("--gpus", default=d.gpus,
-                       help="GPUs to train on, e.g. 0,1; empty for the CPU (default: empty)")
+    group.add_argument("--gpus", default=d.gpus, help="GPUs to train on, e.g. 0,1, with "
+                       "--batch-size the total batch; empty for the CPU (default: empty)")
+    group.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GluonCV's: train on "
+                       "GPUs 0..N-1 (0: the CPU), with --batch-size per device (default: none)")
+    group.add_argument("--cpus", type=int, default=d.cpus, help="data parallel over CPU "
+                       "contexts cpu(0)..cpu(N-1): rehearses --gpus 0,..,N-1 on the CPU, the same "
+                       "code path, no speed-up (default: 1)")
     group.add_argument("--kv-store", default=d.kv_store, help="kvstore: " + ", ".join(
         KVSTORE_TYPES) + f" (default: {d.kv_store})")
 
 
 def _add_data_arguments(parser, d):
     group = parser.add_argument_group("data (no data flag: synthetic data)")
-    group.add_argument("--data-train", default=d.data_train, help="training .rec file (default: none)")
-    group.add_argument("--data-train-idx", default=d.data_train_idx,
+    group.add_argument("--data-train", "--rec-train", default=d.data_train,
+                       help="training .rec file; --rec-train is GluonCV's name (default: none)")
+    group.add_argument("--data-train-idx", "--rec-train-idx", default=d.data_train_idx,
                        help="its .idx file (default: next to the .rec)")
-    group.add_argument("--data-val", default=d.data_val, help="validation .rec file (default: none)")
-    group.add_argument("--data-val-idx", default=d.data_val_idx,
+    group.add_argument("--data-val", "--rec-val", default=d.data_val,
+                       help="validation .rec file (default: none)")
+    group.add_argument("--data-val-idx", "--rec-val-idx", default=d.data_val_idx,
                        help="its .idx file (default: next to the .rec)")
     group.add_argument("--data-dir", default=d.data_dir, help="image folder, one sub-folder per "
                        "class (Caltech layout) or train/ and val/ of such folders (default: none)")
@@ -77,8 +88,9 @@ def _add_data_arguments(parser, d):
                        help=f"1: synthetic data whatever the data flags (default: {d.benchmark})")
     group.add_argument("--num-examples", type=int, default=d.num_examples,
                        help=f"images per epoch of synthetic data (default: {d.num_examples})")
-    group.add_argument("--data-nthreads", type=int, default=d.data_nthreads,
-                       help=f"decoding threads for .rec files (default: {d.data_nthreads})")
+    group.add_argument("--data-nthreads", "-j", "--num-data-workers", type=int,
+                       default=d.data_nthreads, help="decoding threads for .rec files (GluonCV: "
+                       f"-j); image folders decode in the training process (default: {d.data_nthreads})")
     group.add_argument("--batch-size", type=int, default=d.batch_size,
                        help=f"images per step on each worker (default: {d.batch_size})")
 
@@ -90,15 +102,17 @@ def _add_optimizer_arguments(parser, d):
     group.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default: {d.lr})")
     group.add_argument("--lr-mode", default=d.lr_mode, help=f"schedule: {', '.join(LR_MODES)} "
                        f"(default: {d.lr_mode})")
-    group.add_argument("--lr-step-epochs", type=int_tuple, default=d.lr_step_epochs,
+    group.add_argument("--lr-step-epochs", "--lr-decay-epoch", type=int_tuple,
+                       default=d.lr_step_epochs,
                        help="step mode: epochs at which the lr is multiplied by --lr-factor "
                             "(default: %s)" % ",".join(map(str, d.lr_step_epochs)))
-    group.add_argument("--lr-factor", type=float, default=d.lr_factor,
+    group.add_argument("--lr-factor", "--lr-decay", type=float, default=d.lr_factor,
                        help=f"step mode: lr decay factor (default: {d.lr_factor})")
     group.add_argument("--warmup-epochs", type=int, default=d.warmup_epochs,
-                       help=f"linear lr warm-up from 0 (default: {d.warmup_epochs})")
+                       help=f"linear lr warm-up from --warmup-lr (default: {d.warmup_epochs})")
     group.add_argument("--optimizer", default=d.optimizer, help=f"optimizer (default: {d.optimizer})")
-    group.add_argument("--mom", type=float, default=d.mom, help=f"momentum (default: {d.mom})")
+    group.add_argument("--mom", "--momentum", type=float, default=d.mom,
+                       help=f"momentum (default: {d.mom})")
     group.add_argument("--wd", type=float, default=d.wd, help=f"weight decay (default: {d.wd})")
     group.add_argument("--no-wd", action="store_true",
                        help="no weight decay on biases and BatchNorm gamma/beta (default: off)")
@@ -108,7 +122,9 @@ def _add_optimizer_arguments(parser, d):
     group.add_argument("--mixup", action="store_true", help="mixup training (default: off)")
     group.add_argument("--mixup-alpha", type=float, default=d.mixup_alpha,
                        help=f"mixup Beta(alpha, alpha) parameter (default: {d.mixup_alpha})")
-    group.add_argument("--loss-scale", default=d.loss_scale, help="'dynamic' or a number "
+    group.add_argument("--loss-scale", default=d.loss_scale, help="'dynamic' (its start "
+                       "measured at the first step), 'dynamic:N' (dynamic from N, e.g. "
+                       "dynamic:65536, the classic start) or a number (static; 1 is none) "
                        "(default: dynamic for float16, none for float32 and bfloat16)")
     group.add_argument("--max-consecutive-skips", type=int, default=d.max_consecutive_skips,
                        help="stop when this many steps in a row overflow at the minimum loss "
@@ -123,16 +139,17 @@ def _add_run_arguments(parser, d):
                        help="checkpoint prefix, e.g. runs/r50 (default: no checkpoints)")
     group.add_argument("--resume", default=d.resume, help="checkpoint to continue: PREFIX-NNNN, "
                        "or PREFIX for its latest epoch (default: none)")
-    group.add_argument("--save-period", type=int, default=d.save_period,
+    group.add_argument("--save-period", "--save-frequency", type=int, default=d.save_period,
                        help=f"save a checkpoint every N epochs (default: {d.save_period})")
-    group.add_argument("--disp-batches", type=int, default=d.disp_batches,
+    group.add_argument("--disp-batches", "--log-interval", type=int, default=d.disp_batches,
                        help=f"log every N batches (default: {d.disp_batches})")
     group.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default: {d.seed})")
     group.add_argument("--tensorboard", default=d.tensorboard,
                        help="TensorBoard log directory (default: none)")
     group.add_argument("--max-batches", type=int, default=d.max_batches,
                        help=f"stop each epoch after N batches, 0 for all (default: {d.max_batches})")
-    group.add_argument("--log-file", default=d.log_file, help="log file (default: train.log "
+    group.add_argument("--log-file", "--logging-file", default=d.log_file,
+                       help="log file (default: train.log "
                        "next to --model-prefix; none without it)")
 
 
@@ -143,11 +160,12 @@ def add_fine_tune_arguments(parser, defaults=None):
     group = parser.add_argument_group("pretrained network")
     group.add_argument("--pretrained-model", default=defaults.pretrained_model,
                        help="MXNet checkpoint prefix (Module or Gluon export) to start from, with "
-                            "--load-epoch (default: --network's pretrained zoo weights)")
-    group.add_argument("--load-epoch", type=int, default=defaults.load_epoch,
-                       help="epoch of --pretrained-model (default: none)")
-    group.add_argument("--model-root", default=defaults.model_root,
-                       help=f"folder of the zoo's pretrained weights (default: {defaults.model_root})")
+                            "--load-epoch, or a model of MXNet's model zoo (imagenet1k-resnet-50, "
+                            "...: model/NAME-symbol.json and model/NAME-0000.params here or in "
+                            "--model-root) (default: --network's pretrained zoo weights)")
+    group.add_argument("--layer-before-fullc", default=defaults.layer_before_fullc,
+                       help="put the new classifier after this layer (MXNet's fine-tune.py: "
+                            "flatten0) (default: replace the last FullyConnected or Convolution)")
     group.add_argument("--freeze-backbone", action="store_true",
                        help="train the new classifier only (default: off)")
     group.add_argument("--lr-mult", type=float, default=defaults.lr_mult,

@@ -33,7 +33,8 @@ log = logging.getLogger("mxfp16.train")
 
 
 def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, epoch=0,
-                    smoothing=0.0, mixup_alpha=0.0, disp_batches=20, metrics_log=None, seed=0):
+                    smoothing=0.0, mixup_alpha=0.0, disp_batches=20, metrics_log=None, seed=0,
+                    mixup_until=None):
     """Train one epoch (at most ``num_batches`` batches) through ``api``.
 
     Parameters
@@ -57,6 +58,8 @@ def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, ep
     metrics_log : mxfp16.train.logs.MetricsLog, optional
         Receives per-batch TensorBoard scalars.
     seed : int
+    mixup_until : int, optional
+        From this epoch on mixup draws ``lam = 1`` (no mixing: GluonCV's ``--mixup-off-epoch``).
 
     Returns
     -------
@@ -92,6 +95,8 @@ def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, ep
     train_data.reset()
     for _, batch in zip(range(num_batches), train_data):
         mixup_lambda = rng.beta(mixup_alpha, mixup_alpha) if mixup_alpha else None
+        if mixup_lambda is not None and mixup_until is not None and epoch >= mixup_until:
+            mixup_lambda = 1.0
         data, labels = api.split(batch.data[0]), api.split(batch.label[0])
         targets = [make_targets(y, num_classes, smoothing, mixup_lambda) for y in labels] \
             if soft else labels
@@ -163,8 +168,9 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
     """
     metrics_log = metrics_log or MetricsLog()
     record = dict(event="start", epoch=begin_epoch, **run_status(api))
-    log.info("starting at epoch %d: lr %.5g, loss scale %g, %d updates done", begin_epoch,
-             record["lr"], record["loss_scale"], record["num_update"])
+    scale = "measured at the first step" if api.scaler.needs_start else f"{record['loss_scale']:g}"
+    log.info("starting at epoch %d: lr %.5g, loss scale %s, %d updates done", begin_epoch,
+             record["lr"], scale, record["num_update"])
     metrics_log.write(record, step=begin_epoch, group="start")
     for epoch in range(begin_epoch, num_epochs):
         stats = train_one_epoch(api, data.train, num_batches=data.batches_per_epoch, epoch=epoch,
@@ -205,12 +211,13 @@ def _make_api(config, network, scaler, data, *, ctx, kvstore, start):
         optimizer=config.optimizer, lr=config.lr, mom=config.mom, wd=config.wd,
         lr_mode=config.lr_mode, lr_step_epochs=config.lr_step_epochs, lr_factor=config.lr_factor,
         warmup_epochs=config.warmup_epochs, num_epochs=config.num_epochs,
-        batches_per_epoch=data.batches_per_epoch, num_update=start.num_update)
+        batches_per_epoch=data.batches_per_epoch, num_update=start.num_update,
+        warmup_lr=config.warmup_lr)
     common = dict(ctx=ctx, dtype=config.dtype, kvstore=kvstore, optimizer=config.optimizer,
                   optimizer_params=params, soft_targets=bool(config.label_smoothing or config.mixup),
                   no_wd=config.no_wd, states_path=start.states_path)
     if config.api == "gluon":
-        return GluonAPI(network, scaler, **common)
+        return GluonAPI(network, scaler, hybridize=config.mode != "imperative", **common)
     return ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
                      num_classes=config.num_classes, **common)
 
@@ -219,7 +226,8 @@ def _epoch_settings(config, num_workers):
     return dict(num_classes=config.num_classes, batch_size=config.batch_size * num_workers,
                 smoothing=config.label_smoothing,
                 mixup_alpha=config.mixup_alpha if config.mixup else 0.0,
-                disp_batches=config.disp_batches, seed=config.seed)
+                disp_batches=config.disp_batches, seed=config.seed,
+                mixup_until=config.num_epochs - config.mixup_off_epoch)
 
 
 def train(config, network=None, metrics_path=None):
@@ -251,13 +259,14 @@ def train(config, network=None, metrics_path=None):
                                   max_consecutive_skips=config.max_consecutive_skips)
     except ValueError as error:
         raise ValueError(f"--loss-scale: {error}") from None
-    ctx = contexts(config.gpus)
+    ctx = contexts(config.gpus, config.cpus)
     kvstore, rank, num_workers = make_kvstore(config.kv_store)
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)
     data = load_data(**_data_settings(config), num_parts=num_workers, part_index=rank)
     if network is None:
-        network = new_network(config.network, config.num_classes, config.image_shape)
+        network = new_network(config.network, config.num_classes, config.image_shape,
+                              **config.network_settings)
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
                                 optimizer=config.optimizer, num_epochs=config.num_epochs,
                                 model_prefix=config.model_prefix)
@@ -282,4 +291,5 @@ def _data_settings(config):
                 data_val_idx=config.data_val_idx, data_dir=config.data_dir,
                 val_fraction=config.val_fraction, synthetic=config.synthetic,
                 num_examples=config.num_examples, num_threads=config.data_nthreads,
-                seed=config.seed, max_batches=config.max_batches)
+                seed=config.seed, max_batches=config.max_batches,
+                augmentation=config.augmentation, crop_ratio=config.crop_ratio)
