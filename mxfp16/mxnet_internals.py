@@ -110,3 +110,30 @@ def refresh_module_params(module):
     the BatchNorm statistics, and Module offers no public way to ask for a fresh copy."""
     module._params_dirty = True
 
+
+
+def module_updater(module):
+    """The ``Updater`` of a Module that updates on the workers (``_updater``): its ``states`` are
+    the optimizer state, keyed ``param_index * num_devices + device`` as ``update()`` passes them."""
+    return current_module(module)._updater
+
+
+def module_arrays_per_device(module):
+    """``{name: [array on dev0, on dev1, ...]}`` of a Module's parameters and auxiliary states, the
+    arrays its executors compute with (``_exec_group.param_arrays`` / ``aux_arrays``)."""
+    group = current_module(module)._exec_group
+    return dict(zip(list(group.param_names) + list(group.aux_names),
+                    [list(arrays) for arrays in group.param_arrays + group.aux_arrays]))
+
+
+def align_update_counts(optimizer, device_ids):
+    """Give each of ``device_ids`` the per-parameter update counts of the optimizer's most advanced
+    device (``optimizer._all_index_update_counts``, ``_index_update_count``).
+
+    An optimizer counts updates per device, and Adam's bias correction reads the count: restored
+    from a checkpoint of other devices, the new devices' counts would restart at
+    ``begin_num_update`` and their weights drift apart."""
+    counts = optimizer._all_index_update_counts
+    reference = max(counts.values(), key=lambda c: (len(c), sum(c.values())))
+    optimizer._all_index_update_counts = {device: dict(reference) for device in device_ids}
+    optimizer._index_update_count = optimizer._all_index_update_counts[device_ids[0]]

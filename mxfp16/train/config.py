@@ -56,6 +56,8 @@ class TrainConfig:
     num_examples: int = IMAGENET_TRAIN_IMAGES
     data_nthreads: int = 4
     gpus: str = ""
+    cpus: int = None
+    num_gpus: int = None
     kv_store: str = "device"
     batch_size: int = 128
     num_epochs: int = 90
@@ -100,14 +102,11 @@ class TrainConfig:
         _check_choice("--api", self.api, API_CHOICES)
         _check_choice("--lr-mode", self.lr_mode, LR_MODES)
         _check_choice("--kv-store", self.kv_store, KVSTORE_TYPES)
-        if self.batch_size % len(contexts(self.gpus)):
-            raise ValueError(f"--batch-size {self.batch_size} does not split evenly over the "
-                             f"{len(contexts(self.gpus))} devices of --gpus {self.gpus}: pass a "
-                             "multiple of the number of GPUs")
+        devices = _check_devices(self)
         dtype = _flag_check("--dtype", check_dtype, self.dtype)
         _flag_check("--network", check_network_name, self.network)
         optimizer = _flag_check("--optimizer", check_optimizer, self.optimizer)
-        return dataclasses.replace(self, dtype=dtype, optimizer=optimizer)
+        return dataclasses.replace(self, dtype=dtype, optimizer=optimizer, **devices)
 
     def to_dict(self):
         """The settings as JSON-ready plain values (checkpoints store them)."""
@@ -149,17 +148,37 @@ class FineTuneConfig(TrainConfig):
         return super().checked()
 
 
-def contexts(gpus):
-    """The devices of a ``--gpus`` value: ``''`` is the CPU, ``'0,1'`` GPUs 0 and 1.
+def contexts(gpus="", cpus=None):
+    """The devices of a run: the GPUs of ``--gpus``, else ``cpus`` CPU contexts (``--cpus``).
+
+    ``cpus=N`` gives ``cpu(0)`` ... ``cpu(N-1)``: data parallel as over N GPUs, the same code path
+    (batch split, gradients per device, their aggregation), on the machine's shared cores.
+
+    Raises
+    ------
+    ValueError
+        For a malformed ``--gpus``, or ``--gpus`` with ``--cpus``.
 
     Examples
     --------
-    >>> contexts(''), contexts('0,1')
-    ([cpu(0)], [gpu(0), gpu(1)])
+    >>> contexts(''), contexts('0,1'), contexts(cpus=2)
+    ([cpu(0)], [gpu(0), gpu(1)], [cpu(0), cpu(1)])
     """
+    ids = gpu_ids(gpus)
+    if ids and cpus is not None:
+        raise ValueError(f"--cpus {cpus} and --gpus {gpus} both choose the devices: pass --gpus "
+                         f"to train on GPUs, or --cpus to rehearse {cpus} devices on the CPU, "
+                         "not both")
+    if ids:
+        return [mx.gpu(i) for i in ids]
+    return [mx.cpu(i) for i in range(cpus or 1)]
+
+
+def gpu_ids(gpus):
+    """The GPU ids of a ``--gpus`` value: ``'0,1'`` -> ``[0, 1]``, ``''`` -> ``[]``."""
     text = str(gpus or "").strip()
     if not text:
-        return [mx.cpu()]
+        return []
     try:
         ids = [int(part) for part in text.split(",")]
     except ValueError:
@@ -167,7 +186,80 @@ def contexts(gpus):
                          "--gpus 0,1, or leave it empty for the CPU") from None
     if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
         raise ValueError(f"--gpus {gpus!r} must list distinct GPU ids >= 0, e.g. --gpus 0,1")
-    return [mx.gpu(i) for i in ids]
+    return ids
+
+
+def gpu_count():
+    """The GPUs MXNet sees (``mx.context.num_gpus()``: 0 with MXNet's CPU build)."""
+    return mx.context.num_gpus()
+
+
+def cuda_built():
+    """Whether this MXNet is built with CUDA (``mx.runtime.Features().is_enabled('CUDA')``)."""
+    return mx.runtime.Features().is_enabled("CUDA")
+
+
+def _check_gpus_found(flag, ids):
+    """``ValueError`` unless MXNet sees GPUs ``ids``, naming what it found and the fixes."""
+    found = gpu_count()
+    if max(ids) < found:
+        return
+    cuda = cuda_built()
+    build = "built with CUDA" if cuda else "a CPU build (built without CUDA)"
+    get_gpus = "make the GPUs visible (nvidia-smi, CUDA_VISIBLE_DEVICES; python -m mxfp16.doctor)" \
+        if cuda else 'install MXNet\'s CUDA build (pip install -e ".[cu112]")'
+    on_cpu, rehearse = ("--num-gpus 0", f"--num-gpus 0 --cpus {len(ids)}") \
+        if flag.startswith("--num-gpus") else ("no --gpus", f"--cpus {len(ids)} instead")
+    raise ValueError(f"{flag} needs GPU {max(ids)} but MXNet finds {found} GPU(s) "
+                     f"(mx.context.num_gpus() = {found}; MXNet {mx.__version__} is {build}): "
+                     f"{get_gpus}, or pass {on_cpu} to train on the CPU with float16 emulated, "
+                     f"or {rehearse} to rehearse {len(ids)} devices on the CPU")
+
+
+def _check_devices(config):
+    """The device fields of a checked config (GluonCV's ``--num-gpus`` as ``gpus`` and a total
+    ``batch_size``), or ``ValueError`` for devices that clash, are not found or split the batch."""
+    gpus, batch_size, flag = str(config.gpus or "").strip(), config.batch_size, f"--gpus {config.gpus}"
+    if config.cpus is not None and not config.cpus >= 1:
+        raise ValueError(f"--cpus must be >= 1, got {config.cpus}: e.g. --cpus 2 rehearses 2 devices")
+    if config.num_gpus is not None:
+        if gpus:
+            raise ValueError(f"--gpus {gpus} and --num-gpus {config.num_gpus} both choose the GPUs "
+                             "(MXNet's and GluonCV's flag): pass one; --batch-size is the total "
+                             "batch with --gpus, the batch per device with --num-gpus")
+        if config.num_gpus < 0:
+            raise ValueError(f"--num-gpus must be >= 0 (0: the CPU), got {config.num_gpus}")
+        if config.num_gpus and config.cpus is not None:
+            raise ValueError(f"--cpus {config.cpus} and --num-gpus {config.num_gpus} both choose "
+                             f"the devices: pass --num-gpus {config.num_gpus} to train on GPUs, or "
+                             f"--num-gpus 0 --cpus {config.cpus} to rehearse {config.cpus} devices "
+                             "on the CPU (--batch-size per device either way)")
+        gpus, flag = ",".join(map(str, range(config.num_gpus))), f"--num-gpus {config.num_gpus}"
+        batch_size *= max(config.num_gpus, config.cpus or 1)
+    num_devices = len(contexts(gpus, config.cpus))
+    if batch_size % num_devices:
+        raise ValueError(f"--batch-size {batch_size} does not split evenly over the {num_devices} "
+                         f"devices of {flag if gpus else f'--cpus {config.cpus}'}: pass a "
+                         f"multiple of {num_devices}")
+    if gpus:
+        _check_gpus_found(flag, gpu_ids(gpus))
+    return dict(gpus=gpus, num_gpus=None, batch_size=batch_size)
+
+
+def device_line(config):
+    """The first log line of a run: its devices, and its batch per step and per device.
+
+    Examples
+    --------
+    >>> device_line(TrainConfig(cpus=2, batch_size=8).checked())
+    'devices: cpu(0), cpu(1) (--cpus 2: a rehearsal of 2 GPUs on the CPU); batch 8 per step, 4 per device'
+    """
+    ctx = contexts(config.gpus, config.cpus)
+    rehearsal = f" (--cpus {len(ctx)}: a rehearsal of {len(ctx)} GPUs on the CPU)" \
+        if len(ctx) > 1 and ctx[0].device_type == "cpu" else ""
+    worker = " on each worker" if "dist" in config.kv_store else ""
+    return (f"devices: {', '.join(map(str, ctx))}{rehearsal}; batch {config.batch_size} per step"
+            f"{worker}, {config.batch_size // len(ctx)} per device")
 
 
 def _check_choice(flag, value, choices):

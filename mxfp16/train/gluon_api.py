@@ -9,6 +9,7 @@ step.  :mod:`mxfp16.train.loop` runs it through the methods :class:`GluonAPI` sh
 import mxnet as mx
 from mxnet import autograd, gluon
 
+from .. import mxnet_internals
 from ..casting import cast_block
 from ..models import DATA_INPUT, block_to_network
 from ..optimizers import NO_WD_SUFFIXES, make_trainer
@@ -65,10 +66,13 @@ def gluon_network(network, ctx, dtype, no_wd=False):
 def load_trainer_states(trainer, states_path):
     """``trainer.load_states``, keeping the settings of :data:`COMMAND_LINE_SETTINGS`.
 
-    The checkpoint restores the optimizer state and the update count (the schedule's position).
+    The checkpoint restores the optimizer state and the update count (the schedule's position), on
+    any number of devices: every device gets the saved update counts.
     """
     fresh = trainer.optimizer
     trainer.load_states(states_path)
+    devices = mxnet_internals.trainer_params(trainer)[0].list_ctx()
+    mxnet_internals.align_update_counts(trainer.optimizer, [c.device_id for c in devices])
     for name in COMMAND_LINE_SETTINGS:
         if hasattr(fresh, name):
             setattr(trainer.optimizer, name, getattr(fresh, name))

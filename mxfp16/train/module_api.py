@@ -6,7 +6,9 @@ drives a ``BucketingModule`` keyed by the loss scale (:func:`mxfp16.make_scaled_
 :func:`mxfp16.module_step` per batch.  :mod:`mxfp16.train.loop` runs it through the methods
 :class:`ModuleAPI` shares with :class:`mxfp16.train.gluon_api.GluonAPI`.
 """
+import functools
 import logging
+import pickle
 import warnings
 
 import mxnet as mx
@@ -97,8 +99,33 @@ def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore
         warnings.filterwarnings("ignore", message=".*rescale_grad.*")
         init_optimizer(module, opt, kvstore)
     if states_path:
-        mxnet_internals.current_module(module).load_optimizer_states(states_path)
+        load_module_states(module, states_path, num_devices=len(ctx))
     return module, opt
+
+
+def save_module_states(module, path, *, num_devices):
+    """Write a Module's optimizer state as a one-device Module writes it: one entry per parameter
+    (the first device's), so the checkpoint loads onto any number of devices.
+
+    MXNet's ``save_optimizer_states`` keys the state by ``param_index * num_devices + device``.
+    """
+    updater = mxnet_internals.module_updater(module)
+    states = {index // num_devices: state for index, state in updater.states.items()
+              if index % num_devices == 0}
+    with open(path, "wb") as states_file:
+        pickle.dump(states, states_file)
+
+
+def load_module_states(module, path, *, num_devices):
+    """Give each of the Module's devices its own copy of the state :func:`save_module_states`
+    wrote (or a one-device Module's ``save_optimizer_states``)."""
+    with open(path, "rb") as states_file:
+        blob = states_file.read()
+    copies = [pickle.loads(blob) for _ in range(num_devices)]
+    updater = mxnet_internals.module_updater(module)
+    updater.states = {index * num_devices + device: state
+                      for device, copy in enumerate(copies) for index, state in copy.items()}
+    updater.states_synced = dict.fromkeys(updater.states, False)  # moved to each device on use
 
 
 def _cross_entropy(probs, targets):
@@ -127,6 +154,7 @@ class ModuleAPI:
             network, scaler, ctx=ctx, dtype=dtype, data_shape=data_shape, label_shape=label_shape,
             kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params, no_wd=no_wd,
             states_path=states_path)
+        self._num_devices = len(ctx)
         # Workers of a distributed kvstore agree on skipping a step through it.
         self._step_kvstore = kvstore if isinstance(kvstore, mx.kv.KVStore) else None
 
@@ -168,4 +196,5 @@ class ModuleAPI:
                           {k: v.astype("float32") for k, v in arg_params.items()},
                           {k: v.astype("float32") for k, v in aux_params.items()},
                           self.network.fixed_param_names, self.network.lr_mult)
-        return network, mxnet_internals.current_module(self.module).save_optimizer_states
+        return network, functools.partial(save_module_states, self.module,
+                                          num_devices=self._num_devices)

@@ -4,10 +4,19 @@ A run ends with the one-line summary on stdout (exit code 0) or with one ``error
 stderr (exit code 2) for every error a user can fix: bad flags, data or checkpoints, a collapsed
 loss scale.  Programming errors still raise, with their traceback.
 """
+import logging
+import os
 import sys
 
 from ..loss_scaling import LossScaleCollapse
+from .config import contexts, device_line
 from .logs import format_value, run_files, run_logging
+
+log = logging.getLogger("mxfp16.train")
+
+#: MXNet 1.x's switch: float16 reductions (softmax, norms, sums) on GPUs accumulate in float32 only
+#: when it is 1, in float16 otherwise.
+SAFE_ACCUMULATION = "MXNET_SAFE_ACCUMULATION"
 
 
 def error_line(error):
@@ -30,6 +39,49 @@ def summary_line(network, dtype, api, record, top_k):
             f"{format_value(record.get('top1'))}, top-{top_k} {format_value(record.get('topk'))}, "
             f"{record.get('img_per_sec', 0.0):.1f} img/s, loss scale "
             f"{record.get('loss_scale', 1.0):g}, {record.get('num_skipped', 0)} skipped steps")
+
+
+def use_safe_accumulation(dtype, ctx, environ=None):
+    """Set ``MXNET_SAFE_ACCUMULATION=1`` for float16 on GPUs unless the user has set it.
+
+    Parameters
+    ----------
+    dtype : str
+    ctx : list of Context
+    environ : dict, optional
+        The environment (default: ``os.environ``, which MXNet reads at every reduction).
+
+    Returns
+    -------
+    str or None
+        What to log: the setting made or the user's, None when the run is not float16 on GPUs.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> env = {}
+    >>> use_safe_accumulation('float16', [mx.gpu(0)], env), env  # doctest: +ELLIPSIS
+    ('set MXNET_SAFE_ACCUMULATION=1: ...', {'MXNET_SAFE_ACCUMULATION': '1'})
+    >>> use_safe_accumulation('float16', [mx.cpu(0), mx.cpu(1)], {}) is None
+    True
+    """
+    environ = os.environ if environ is None else environ
+    if dtype != "float16" or not any(c.device_type == "gpu" for c in ctx):
+        return None
+    if SAFE_ACCUMULATION in environ:
+        return (f"{SAFE_ACCUMULATION}={environ[SAFE_ACCUMULATION]!r} as set by you (1: float16 "
+                "reductions accumulate in float32, else in float16)")
+    environ[SAFE_ACCUMULATION] = "1"
+    return (f"set {SAFE_ACCUMULATION}=1: float16 reductions (softmax, norms, sums) on the GPUs "
+            f"accumulate in float32; export {SAFE_ACCUMULATION}=0 to keep float16 accumulation")
+
+
+def _start_run(config):
+    """The run's first log lines: its devices and batch; float32 accumulation on GPUs."""
+    log.info(device_line(config))
+    note = use_safe_accumulation(config.dtype, contexts(config.gpus, config.cpus))
+    if note:
+        log.info(note)
 
 
 def run_job(parser, config_type, job, argv=None):
@@ -62,6 +114,7 @@ def run_job(parser, config_type, job, argv=None):
         config = config_type(**vars(args)).checked()
         log_file, metrics_path = run_files(config.log_file, config.model_prefix)
         with run_logging(log_file):
+            _start_run(config)
             record = job(config, metrics_path=metrics_path)
     except (ValueError, OSError, LossScaleCollapse) as error:
         print(error_line(error), file=sys.stderr)
