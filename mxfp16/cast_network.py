@@ -73,6 +73,19 @@ class CastBlock(gluon.SymbolBlock):
         The original block's ``save_parameters`` names.
     dtype : str
         The dtype the network was cast to.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from mxnet.gluon import nn
+    >>> import mxfp16
+    >>> net16 = mxfp16.cast_block(nn.Dense(2, in_units=3), 'float16')
+    >>> net16.initialize()
+    >>> path = os.path.join(tempfile.mkdtemp(), 'net.params')
+    >>> net16.save_parameters(path)
+    >>> sorted((k, v.dtype.__name__) for k, v in mx.nd.load(path).items())
+    [('bias', 'float32'), ('weight', 'float32')]
+    >>> nn.Dense(2, in_units=3).load_parameters(path)  # the float32 network, no option
     """
 
     def __init__(self, graphs, data_names, params, param_keys, dtype):

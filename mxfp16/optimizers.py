@@ -193,6 +193,13 @@ def restore_multi_precision(optimizer, dtype):
 
     A float32 run's ``.states`` file holds an optimizer without master weights; resumed in float16
     it would round every update to float16.
+
+    Examples
+    --------
+    >>> opt = mx.optimizer.SGD()
+    >>> restore_multi_precision(opt, 'float16')
+    >>> opt.multi_precision
+    True
     """
     optimizer.multi_precision = check_dtype(dtype) in LOW_PRECISION_DTYPES
 
@@ -276,6 +283,18 @@ def check_updates_on_workers(trainer):
     ------
     RuntimeError
         Naming the fix.
+
+    Examples
+    --------
+    >>> from mxfp16.kvstore import sync_initial_weights
+    >>> net = gluon.nn.Dense(2, in_units=3)
+    >>> net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
+    >>> trainer = gluon.Trainer(net.collect_params(), 'sgd')
+    >>> sync_initial_weights(trainer)  # sets up its kvstore
+    >>> check_updates_on_workers(trainer)
+    Traceback (most recent call last):
+    ...
+    RuntimeError: this gluon.Trainer updates the weights on its kvstore ...
     """
     if mxnet_internals.trainer_updates_on_kvstore(trainer):
         raise RuntimeError(
@@ -338,6 +357,23 @@ def master_copies(param):
     list of NDArray
         One per device, all equal; empty before the first update, for a parameter that is not
         float16, without a Trainer, or with one that updates on its kvstore.
+
+    Examples
+    --------
+    >>> from mxnet import autograd
+    >>> import mxfp16
+    >>> dense = gluon.nn.Dense(2, in_units=3)
+    >>> dense.initialize()
+    >>> net = mxfp16.cast_block(dense, 'float16')
+    >>> trainer = mxfp16.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1},
+    ...                          loss_scale=1)
+    >>> with autograd.record():
+    ...     loss = net(mx.nd.ones((1, 3))).sum()
+    >>> trainer.backward(loss)
+    >>> trainer.step(1)
+    True
+    >>> [copy.dtype.__name__ for copy in master_copies(dense.weight)]
+    ['float32']
     """
     trainer = mxnet_internals.param_trainer(param)
     if trainer is None or np.dtype(param.dtype) != np.float16:
@@ -383,6 +419,16 @@ def adapt_states(updater, params):
         With states just loaded (``Trainer.load_states``).
     params : list of Parameter
         The Trainer's parameters, in its order (the states' keys are their positions).
+
+    Examples
+    --------
+    >>> updater = mx.optimizer.get_updater(make_optimizer('sgd', 'float16', momentum=0.9))
+    >>> weight = gluon.Parameter('w', shape=(2,), dtype='float16')
+    >>> weight.initialize()
+    >>> updater.states = {0: mx.nd.zeros((2,))}  # a float32 run's momentum
+    >>> adapt_states(updater, [weight])
+    >>> [array.dtype.__name__ for array in updater.states[0]]  # (momentum, master copy)
+    ['float32', 'float32']
     """
     for index, state in list(updater.states.items()):
         weight = _first_array(params[index]) if isinstance(index, int) and \
