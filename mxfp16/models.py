@@ -3,6 +3,7 @@ too), and the one loader of plain MXNet checkpoints."""
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 
 import mxnet as mx
@@ -29,6 +30,103 @@ def check_network_name(name):
             "see gluoncv.model_zoo.get_model_list() for the full list"
         raise ValueError(f"unknown network {name!r}: {hint}")
     return name
+
+
+#: MXNet example names (``--network`` of example/image-classification, its ``symbols/`` files)
+#: whose zoo network does not depend on ``--num-layers``.
+EXAMPLE_FIXED_NETWORKS = {"alexnet": "alexnet", "googlenet": "googlenet",
+                          "inception-v3": "inceptionv3", "mobilenet": "mobilenet1.0",
+                          "mobilenetv2": "mobilenetv2_1.0"}
+
+#: MXNet example networks the zoo does not have, and the closest zoo networks to use instead.
+EXAMPLE_NETWORKS_NOT_IN_ZOO = {
+    "inception-bn": ("googlenet", "inceptionv3"),
+    "inception-v4": ("inceptionv3", "xception"),
+    "inception-resnet-v2": ("inceptionv3", "xception", "se_resnext101_32x4d"),
+    "lenet": ("cifar_resnet20_v1", "mobilenet0.25"),
+    "mlp": ("cifar_resnet20_v1", "mobilenet0.25"),
+}
+
+#: Example networks whose zoo name carries ``--num-layers``: name -> zoo pattern.
+EXAMPLE_LAYERED_NETWORKS = {"resnet-v1": "resnet{}_v1", "resnet": "resnet{}_v2",
+                            "resnext": "resnext{}_32x4d", "vgg": "vgg{}"}
+
+#: Side (pixels) up to which the example's ``symbols/resnet.py`` builds its CIFAR ResNet.
+CIFAR_IMAGE_SIDE = 32
+
+
+def example_network_names():
+    """The ``--network`` names of MXNet's example/image-classification that map to a zoo network."""
+    return sorted(set(EXAMPLE_FIXED_NETWORKS) | set(EXAMPLE_LAYERED_NETWORKS))
+
+
+def resolve_network_name(name, num_layers=None, image_side=None, batch_norm=False):
+    """The model-zoo name of an MXNet example network (``--network NAME --num-layers N``), or
+    ``name`` itself when the zoo knows it.
+
+    ``resnet-v1`` is ``resnet{N}_v1`` and ``resnet`` is ``resnet{N}_v2``; for images of side <=
+    :data:`CIFAR_IMAGE_SIDE` both are the CIFAR ResNets (``cifar_resnet{N}_v2``), as the example's
+    ``symbols/resnet.py`` builds them.  ``resnext`` is ``resnext{N}_32x4d``, ``vgg`` is ``vgg{N}``
+    (``vgg{N}_bn`` with ``batch_norm``), ``inception-v3`` is ``inceptionv3``.
+
+    Parameters
+    ----------
+    name : str
+        A zoo name or an example name.
+    num_layers : int, optional
+        ``--num-layers``, needed by the layered example networks.
+    image_side : int, optional
+        The smaller side of the input images.
+    batch_norm : bool
+        VGG with batch normalization.
+
+    Returns
+    -------
+    str
+        A model-zoo name.
+
+    Raises
+    ------
+    ValueError
+        For an example network the zoo does not have (naming the closest zoo networks), a missing or
+        unavailable ``num_layers``, or an unknown name.
+
+    Examples
+    --------
+    >>> resolve_network_name('resnet-v1', 50), resolve_network_name('resnet', 110, image_side=28)
+    ('resnet50_v1', 'cifar_resnet110_v2')
+    >>> resolve_network_name('vgg', 16, batch_norm=True), resolve_network_name('inception-v3')
+    ('vgg16_bn', 'inceptionv3')
+    """
+    if name in EXAMPLE_NETWORKS_NOT_IN_ZOO:
+        raise ValueError(f"MXNet example network {name!r} has no model-zoo equivalent: use the "
+                         f"closest zoo networks, {', '.join(EXAMPLE_NETWORKS_NOT_IN_ZOO[name])}")
+    if name in EXAMPLE_FIXED_NETWORKS:
+        return EXAMPLE_FIXED_NETWORKS[name]
+    if name in EXAMPLE_LAYERED_NETWORKS:
+        zoo_name = _layered_network(name, num_layers, image_side)
+    else:
+        zoo_name = name
+    if batch_norm and zoo_name.startswith("vgg") and not zoo_name.endswith("_bn"):
+        zoo_name += "_bn"
+    return check_network_name(zoo_name)
+
+
+def _layered_network(name, num_layers, image_side):
+    if num_layers is None:
+        raise ValueError(f"MXNet example network {name!r} needs --num-layers, e.g. --network "
+                         f"{name} --num-layers 50")
+    pattern = EXAMPLE_LAYERED_NETWORKS[name]
+    if name.startswith("resnet") and image_side is not None and image_side <= CIFAR_IMAGE_SIDE:
+        pattern = "cifar_" + pattern
+    zoo_name = pattern.format(num_layers)
+    if zoo_name not in network_names():
+        matcher = re.compile(re.escape(pattern).replace(r"\{\}", r"(\d+)") + "$")
+        layers = sorted(int(m.group(1)) for m in map(matcher.match, network_names()) if m)
+        raise ValueError(f"--network {name} --num-layers {num_layers}: the model zoo has no "
+                         f"{zoo_name} (it has --num-layers {', '.join(map(str, layers))} of "
+                         f"{pattern.format('N')})")
+    return zoo_name
 
 
 def model_root(root=DEFAULT_MODEL_ROOT):
@@ -173,7 +271,8 @@ def block_to_network(block):
     return Network(symbol, arg_params, aux_params)
 
 
-def new_network(name, num_classes, image_shape, **kwargs):
+def new_network(name, num_classes, image_shape, initializer=None, pretrained=False,
+                root=DEFAULT_MODEL_ROOT, **kwargs):
     """A freshly initialized model-zoo network (He initialization) as a :class:`Network`.
 
     Parameters
@@ -184,8 +283,14 @@ def new_network(name, num_classes, image_shape, **kwargs):
         Output classes.
     image_shape : tuple of int
         ``(3, height, width)``: one forward pass at this size fixes the parameter shapes.
+    initializer : mx.init.Initializer, optional
+        Default: :func:`default_initializer`.
+    pretrained : bool
+        Start from the zoo's pretrained weights in ``root`` instead (its 1000 ImageNet classes).
+    root : str
+        The model store folder of the pretrained weights.
     **kwargs
-        Passed on to the zoo's constructor.
+        Passed on to the zoo's constructor (GluonCV's ``last_gamma``, ``use_se``, ...).
 
     Returns
     -------
@@ -202,8 +307,14 @@ def new_network(name, num_classes, image_shape, **kwargs):
     >>> network.symbol.infer_shape(data=(2, 3, 32, 32))[1]
     [(2, 4)]
     """
-    block = get_network(name, num_classes, **kwargs)
-    block.initialize(default_initializer())
+    try:
+        block = get_network(name, num_classes, pretrained=pretrained, root=root, **kwargs)
+    except TypeError:
+        raise ValueError(f"network {name!r} does not take the settings "
+                         f"{', '.join(f'{k}={v}' for k, v in sorted(kwargs.items()))}: leave "
+                         "their flags out for this network") from None
+    if not pretrained:
+        block.initialize(initializer or default_initializer())
     try:
         block(mx.nd.zeros((1,) + tuple(image_shape)))
     except mx.base.MXNetError as error:
@@ -230,6 +341,46 @@ def strip_loss_head(sym):
     if head["op"] in LABELLED_HEADS:
         return sym.get_children()[0]
     return sym
+
+
+#: Models of MXNet's example model zoo (``common/modelzoo.py``, ``fine-tune.py
+#: --pretrained-model NAME``), saved as ``model/NAME-symbol.json`` + ``model/NAME-0000.params``.
+MXNET_ZOO_MODELS = ("imagenet1k-inception-bn", "imagenet1k-resnet-18", "imagenet1k-resnet-34",
+                    "imagenet1k-resnet-50", "imagenet1k-resnet-101", "imagenet1k-resnet-152",
+                    "imagenet1k-resnext-50", "imagenet1k-resnext-101",
+                    "imagenet1k-resnext-101-64x4d", "imagenet11k-resnet-152",
+                    "imagenet11k-place365ch-resnet-152", "imagenet11k-place365ch-resnet-50")
+
+#: Where MXNet's example downloads its zoo models, relative to the current folder.
+MXNET_ZOO_FOLDER = "model"
+
+
+def mxnet_zoo_checkpoint(name, root=DEFAULT_MODEL_ROOT):
+    """``(prefix, epoch)`` of the MXNet model-zoo model ``name``: ``model/NAME`` in the current
+    folder, else ``NAME`` in the model root (``root``, or ``$MXNET_HOME/models``), epoch 0.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the two files and where to put them (nothing is downloaded).
+
+    Examples
+    --------
+    >>> mxnet_zoo_checkpoint('imagenet1k-resnet-50', root='/nonexistent')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: MXNet model-zoo model 'imagenet1k-resnet-50' not found: put ...
+    """
+    folders = (MXNET_ZOO_FOLDER, model_root(root))
+    for folder in folders:
+        prefix = os.path.join(folder, name)
+        if all(os.path.isfile(path) for path in checkpoint_files(prefix, 0)):
+            return prefix, 0
+    symbol_file, params_file = (os.path.basename(path) for path in checkpoint_files(name, 0))
+    raise FileNotFoundError(
+        f"MXNet model-zoo model {name!r} not found: put {symbol_file} and {params_file} (from "
+        f"data.mxnet.io/models, on a machine with internet) in {os.path.abspath(folders[0])} or "
+        f"{folders[1]}")
 
 
 def checkpoint_files(prefix, epoch):

@@ -13,7 +13,7 @@ input prints one "error: ..." line and exits with code 2.
 import sys
 
 from mxfp16.train.config import FineTuneConfig
-from mxfp16.train.finetune import fine_tune
+from mxfp16.train.jobs import fine_tune_job
 from mxfp16.train.flags import ArgumentParser, add_fine_tune_arguments
 from mxfp16.train.runner import run_job
 
@@ -25,7 +25,7 @@ def get_args_parser():
 
 def main(argv=None):
     """Run the script; return the exit code (0, or 2 on a user error)."""
-    return run_job(get_args_parser(), FineTuneConfig, fine_tune, argv)
+    return run_job(get_args_parser(), FineTuneConfig, fine_tune_job, argv)
 
 
 if __name__ == "__main__":

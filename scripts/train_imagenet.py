@@ -14,7 +14,7 @@ import sys
 
 from mxfp16.train.config import TrainConfig
 from mxfp16.train.flags import ArgumentParser, add_train_arguments
-from mxfp16.train.loop import train
+from mxfp16.train.jobs import train_job
 from mxfp16.train.runner import run_job
 
 
@@ -25,7 +25,7 @@ def get_args_parser():
 
 def main(argv=None):
     """Run the script; return the exit code (0, or 2 on a user error)."""
-    return run_job(get_args_parser(), TrainConfig, train, argv)
+    return run_job(get_args_parser(), TrainConfig, train_job, argv)
 
 
 if __name__ == "__main__":

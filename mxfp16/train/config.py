@@ -6,14 +6,18 @@ with explicit keyword arguments.  Flag names follow MXNet's ``example/image-clas
 GluonCV's ``train_imagenet.py``, so existing commands carry over.
 """
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import mxnet as mx
 
 from ..dtypes import check_dtype
 from ..kvstore import KVSTORE_TYPES
-from ..models import DEFAULT_MODEL_ROOT, check_network_name
+from ..models import DEFAULT_MODEL_ROOT, MXNET_ZOO_MODELS
 from ..optimizers import check_optimizer
+from .compat import augmentation, network_settings, resolve_commands
+from .data.augmentation import CIFAR_RECIPE, FINE_TUNE_RECIPE, IMAGENET_RECIPE
+from .data.base import CROP_RATIO, resize_size
 from .schedule import LR_MODES
 
 #: The two MXNet APIs a run can train with (``--api``).
@@ -84,11 +88,76 @@ class TrainConfig:
     tensorboard: str = None
     max_batches: int = 0
     log_file: str = None
+    # MXNet example's and GluonCV's flags (see mxfp16.train.compat and flags_compat).
+    num_layers: int = None
+    batch_norm: bool = False
+    use_se: bool = False
+    last_gamma: bool = False
+    use_pretrained: bool = False
+    model_root: str = DEFAULT_MODEL_ROOT
+    initializer: str = "default"
+    mode: str = "hybrid"
+    input_size: int = None
+    crop_ratio: float = CROP_RATIO
+    use_rec: bool = False
+    lr_decay_period: int = 0
+    warmup_lr: float = 0.0
+    mixup_off_epoch: int = 0
+    save_dir: str = None
+    load_epoch: int = None
+    resume_epoch: int = 0
+    resume_params: str = None
+    resume_states: str = None
+    num_training_samples: int = None
+    amp: bool = False
+    loss: str = ""
+    monitor: int = 0
+    test_io: int = 0
+    gc_type: str = "none"
+    gc_threshold: float = 0.5
+    notes: tuple = ()
+    # The example's augmentation flags: None keeps the recipe's value (see ``augmentation``).
+    random_crop: int = None
+    random_mirror: int = None
+    random_resized_crop: int = None
+    min_random_area: float = None
+    max_random_area: float = None
+    min_random_aspect_ratio: float = None
+    max_random_aspect_ratio: float = None
+    max_random_h: int = None
+    max_random_s: int = None
+    max_random_l: int = None
+    brightness: float = None
+    contrast: float = None
+    saturation: float = None
+    pca_noise: float = None
+    max_random_rotate_angle: int = None
+    max_random_shear_ratio: float = None
+    max_random_scale: float = None
+    min_random_scale: float = None
+    pad_size: int = None
+    fill_value: int = None
+    rgb_mean: tuple = None
+    rgb_std: tuple = None
+    min_crop_size: int = None
+    max_crop_size: int = None
 
     @property
     def run_name(self):
         """What the logs and the summary line call the run: the network."""
         return self.network
+
+    @property
+    def augmentation(self):
+        """The training augmentation: train_imagenet.py's ImageNet recipe with the augmentation
+        flags given."""
+        return augmentation(self, IMAGENET_RECIPE)
+
+    @property
+    def network_settings(self):
+        """Keyword arguments of :func:`mxfp16.models.new_network` (initializer, pretrained
+        weights, GluonCV's ``last_gamma`` and ``use_se``)."""
+        return network_settings(self)
 
     @property
     def synthetic(self):
@@ -97,6 +166,7 @@ class TrainConfig:
 
     def checked(self):
         """This configuration with canonical names, or ``ValueError`` naming the flag to fix."""
+        self = resolve_commands(self, fine_tuning=isinstance(self, FineTuneConfig))
         _check_numbers(self)
         _check_data_flags(self)
         _check_choice("--api", self.api, API_CHOICES)
@@ -104,7 +174,6 @@ class TrainConfig:
         _check_choice("--kv-store", self.kv_store, KVSTORE_TYPES)
         devices = _check_devices(self)
         dtype = _flag_check("--dtype", check_dtype, self.dtype)
-        _flag_check("--network", check_network_name, self.network)
         optimizer = _flag_check("--optimizer", check_optimizer, self.optimizer)
         return dataclasses.replace(self, dtype=dtype, optimizer=optimizer, **devices)
 
@@ -118,17 +187,19 @@ class TrainConfig:
 class FineTuneConfig(TrainConfig):
     """The settings of ``scripts/fine_tune.py``: a :class:`TrainConfig` plus the pretrained network.
 
-    ``pretrained_model`` + ``load_epoch`` name an MXNet checkpoint (Module or Gluon export); without
-    them ``network``'s pretrained weights come from ``model_root``.
+    ``pretrained_model`` + ``load_epoch`` name an MXNet checkpoint (Module or Gluon export), or
+    ``pretrained_model`` alone a model of MXNet's model zoo (``imagenet1k-resnet-50``); without them
+    ``network``'s pretrained weights come from ``model_root``.  MXNet's fine-tuning defaults: lr
+    0.01, no weight decay, light augmentation (:data:`FINE_TUNE_RECIPE`).
     """
 
     dtype: str = "float16"
     num_epochs: int = 10
     lr: float = 0.01
+    wd: float = 0.0
     lr_step_epochs: tuple = (6, 9)
     pretrained_model: str = None
-    load_epoch: int = None
-    model_root: str = DEFAULT_MODEL_ROOT
+    layer_before_fullc: str = None
     freeze_backbone: bool = False
     lr_mult: float = 1.0
 
@@ -137,15 +208,49 @@ class FineTuneConfig(TrainConfig):
         """The pretrained checkpoint when one is given, else the network."""
         return self.pretrained_model or self.network
 
+    @property
+    def augmentation(self):
+        """MXNet's light fine-tuning augmentation with the augmentation flags given."""
+        recipe = dataclasses.replace(FINE_TUNE_RECIPE,
+                                     resize=resize_size(self.image_shape, self.crop_ratio))
+        return augmentation(self, recipe)
+
     def checked(self):
-        if (self.pretrained_model is None) != (self.load_epoch is None):
-            raise ValueError("--pretrained-model and --load-epoch go together: pass both to start "
-                             "from an MXNet checkpoint, or neither to use --network's pretrained "
-                             "weights")
+        if self.load_epoch is not None and self.pretrained_model is None:
+            raise ValueError("--load-epoch is the epoch of --pretrained-model: pass "
+                             "--pretrained-model PREFIX too, or neither to use --network's "
+                             "pretrained weights")
+        if self.pretrained_model is not None and self.load_epoch is None and \
+                self.pretrained_model not in MXNET_ZOO_MODELS:
+            raise ValueError(f"--pretrained-model {self.pretrained_model} needs --load-epoch (the "
+                             "epoch of PREFIX-NNNN.params), unless it is a name of MXNet's model "
+                             f"zoo ({', '.join(MXNET_ZOO_MODELS)})")
         if not self.lr_mult >= 0:
             raise ValueError(f"--lr-mult must be >= 0, got {self.lr_mult!r}: for example 0.1 trains "
                              "the pretrained layers ten times slower than the new classifier")
         return super().checked()
+
+
+@dataclass(frozen=True)
+class Cifar10Config(TrainConfig):
+    """The settings of ``scripts/train_cifar10.py``: MXNet example's train_cifar10.py defaults
+    (ResNet-110 on 28x28 crops of CIFAR-10 padded by 4, augmentation level 2, lr 0.05)."""
+
+    network: str = "resnet"
+    num_layers: int = 110
+    num_classes: int = 10
+    num_examples: int = 50000
+    image_shape: tuple = (3, 28, 28)
+    data_train: str = os.path.join("data", "cifar10_train.rec")
+    data_val: str = os.path.join("data", "cifar10_val.rec")
+    num_epochs: int = 300
+    lr: float = 0.05
+    lr_step_epochs: tuple = (200, 250)
+
+    @property
+    def augmentation(self):
+        """MXNet's CIFAR augmentation (:data:`CIFAR_RECIPE`) with the augmentation flags given."""
+        return augmentation(self, CIFAR_RECIPE)
 
 
 def contexts(gpus="", cpus=None):

@@ -13,8 +13,8 @@ import logging
 
 import mxnet as mx
 
-from ..models import (DATA_INPUT, Network, block_to_network, checkpoint_files, default_initializer,
-                      get_network, load_mxnet_checkpoint)
+from ..models import (DATA_INPUT, MXNET_ZOO_MODELS, Network, block_to_network, checkpoint_files,
+                      default_initializer, get_network, load_mxnet_checkpoint, mxnet_zoo_checkpoint)
 from .checkpoint import CheckpointError
 from .loop import train
 
@@ -76,7 +76,23 @@ def _replace_last_layer(symbol, num_classes):
     return mx.sym.load_json(json.dumps(graph)), head
 
 
-def replace_classifier(network, num_classes, image_shape):
+def _classifier_after(symbol, layer, num_classes):
+    """The graph cut after ``layer`` (MXNet's ``--layer-before-fullc``) with a new FullyConnected
+    classifier, and that classifier's parameter names."""
+    internals = symbol.get_internals()
+    output = f"{layer}_output"
+    if output not in internals.list_outputs():
+        layers = [name[:-len("_output")] for name in internals.list_outputs()
+                  if name.endswith("_output")]
+        raise ValueError(f"--layer-before-fullc {layer}: the network has no layer {layer!r}; its "
+                         f"last layers are {', '.join(layers[-4:])}")
+    body = internals[output]
+    name = "fc" if "fc_weight" not in body.list_arguments() else "fc_new"
+    classifier = mx.sym.FullyConnected(body, num_hidden=num_classes, name=name)
+    return classifier, [f"{name}_weight", f"{name}_bias"]
+
+
+def replace_classifier(network, num_classes, image_shape, layer_before_fullc=None):
     """``network`` with a new, freshly initialized classifier of ``num_classes`` outputs.
 
     Parameters
@@ -86,6 +102,10 @@ def replace_classifier(network, num_classes, image_shape):
     num_classes : int
     image_shape : tuple of int
         ``(3, height, width)``, to infer the new layer's shapes.
+    layer_before_fullc : str, optional
+        Put the new classifier (a FullyConnected named ``fc``) after this layer, MXNet's
+        fine-tune.py rule (e.g. ``flatten0``); default: replace the last FullyConnected or
+        Convolution layer.
 
     Returns
     -------
@@ -106,15 +126,36 @@ def replace_classifier(network, num_classes, image_shape):
     >>> head, tuned.arg_params[head[0]].shape
     (['mobilenet0_dense0_weight', 'mobilenet0_dense0_bias'], (4, 256))
     """
-    symbol, head = _replace_last_layer(network.symbol, num_classes)
+    if layer_before_fullc:
+        symbol, head = _classifier_after(network.symbol, layer_before_fullc, num_classes)
+    else:
+        symbol, head = _replace_last_layer(network.symbol, num_classes)
     shapes = dict(zip(symbol.list_arguments(),
                       symbol.infer_shape(**{DATA_INPUT: (1,) + tuple(image_shape)})[0]))
     init = default_initializer()
     arg_params = {k: v for k, v in network.arg_params.items() if k in shapes and k not in head}
+    auxiliary = set(symbol.list_auxiliary_states())
     for name in head:
         arg_params[name] = mx.nd.zeros(shapes[name])
         init(mx.init.InitDesc(name), arg_params[name])
-    return Network(symbol, arg_params, dict(network.aux_params)), head
+    aux_params = {k: v for k, v in network.aux_params.items() if k in auxiliary}
+    return Network(symbol, arg_params, aux_params), head
+
+
+def pretrained_network(config):
+    """``(network, description)`` of the pretrained network a fine-tuning run starts from: MXNet's
+    model zoo (``--pretrained-model imagenet1k-resnet-50``, :func:`mxfp16.models.mxnet_zoo_checkpoint`,
+    as MXNet's fine-tune.py looks names up first), an MXNet checkpoint (``--pretrained-model PREFIX
+    --load-epoch N``) or the model zoo's ``--network`` weights."""
+    if config.pretrained_model in MXNET_ZOO_MODELS:
+        prefix, epoch = mxnet_zoo_checkpoint(config.pretrained_model, config.model_root)
+    elif config.pretrained_model:
+        prefix, epoch = config.pretrained_model, config.load_epoch
+    else:
+        return zoo_network(config.network, config.model_root), f"pretrained {config.network}"
+    if config.network != type(config)().network or config.num_layers is not None:
+        log.info("--network %s is not used: the network is --pretrained-model's", config.network)
+    return checkpoint_network(prefix, epoch), f"checkpoint {prefix}-{epoch:04d}"
 
 
 def fine_tune(config, metrics_path=None):
@@ -134,13 +175,9 @@ def fine_tune(config, metrics_path=None):
         For a missing or unusable pretrained network, or any error :func:`~mxfp16.train.loop.train`
         raises.
     """
-    if config.pretrained_model:
-        network = checkpoint_network(config.pretrained_model, config.load_epoch)
-        source = f"checkpoint {config.pretrained_model}-{config.load_epoch:04d}"
-    else:
-        network = zoo_network(config.network, config.model_root)
-        source = f"pretrained {config.network}"
-    network, head = replace_classifier(network, config.num_classes, config.image_shape)
+    network, source = pretrained_network(config)
+    network, head = replace_classifier(network, config.num_classes, config.image_shape,
+                                       config.layer_before_fullc)
     backbone = [name for name in network.param_names if name not in head]
     network = dataclasses.replace(
         network, fixed_param_names=tuple(backbone) if config.freeze_backbone else (),

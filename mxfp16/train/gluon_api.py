@@ -19,7 +19,7 @@ from ..optimizers import NO_WD_SUFFIXES, make_trainer
 COMMAND_LINE_SETTINGS = ("lr", "wd", "momentum", "lr_scheduler")
 
 
-def gluon_network(network, ctx, dtype, no_wd=False):
+def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
     """A hybridized Gluon network for ``network``: ``(block, net)``.
 
     Parameters
@@ -31,6 +31,8 @@ def gluon_network(network, ctx, dtype, no_wd=False):
     dtype : {'float32', 'float16', 'bfloat16'}
     no_wd : bool
         ``wd_mult=0`` on biases and BatchNorm's gamma and beta.
+    hybridize : bool
+        ``False`` runs the network imperatively (GluonCV's ``--mode imperative``).
 
     Returns
     -------
@@ -59,7 +61,8 @@ def gluon_network(network, ctx, dtype, no_wd=False):
         if no_wd and name.endswith(NO_WD_SUFFIXES):
             param.wd_mult = 0.0
     net = cast_block(block, dtype)
-    net.hybridize(static_alloc=True, static_shape=True)
+    if hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
     return block, net
 
 
@@ -105,9 +108,9 @@ class GluonAPI:
     name = "gluon"
 
     def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
-                 soft_targets=False, no_wd=False, states_path=None):
+                 soft_targets=False, no_wd=False, states_path=None, hybridize=True):
         self.network, self.scaler, self.ctx = network, scaler, ctx
-        self.block, self.net = gluon_network(network, ctx, dtype, no_wd)
+        self.block, self.net = gluon_network(network, ctx, dtype, no_wd, hybridize)
         self.trainer = make_trainer(self.block.collect_params(), optimizer, dtype, kvstore=kvstore,
                                     **optimizer_params)
         if states_path:

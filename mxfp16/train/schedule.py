@@ -18,7 +18,7 @@ POLY_POWER = 2
 
 
 def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=(), factor=0.1,
-                      warmup_epochs=0):
+                      warmup_epochs=0, warmup_lr=0.0):
     """The learning-rate scheduler of a run, indexed by update count.
 
     Parameters
@@ -37,7 +37,9 @@ def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=()
     factor : float
         Step decay factor.
     warmup_epochs : int
-        Epochs of linear warm-up from 0 to ``lr``.
+        Epochs of linear warm-up from ``warmup_lr`` to ``lr``.
+    warmup_lr : float
+        The rate the warm-up starts at (GluonCV's ``--warmup-lr``).
 
     Returns
     -------
@@ -68,7 +70,7 @@ def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=()
     per_epoch = max(int(batches_per_epoch), 2)
     schedulers = []
     if warmup_epochs:
-        schedulers.append(LRScheduler("linear", base_lr=0.0, target_lr=lr, nepochs=warmup_epochs,
+        schedulers.append(LRScheduler("linear", base_lr=warmup_lr, target_lr=lr, nepochs=warmup_epochs,
                                       iters_per_epoch=per_epoch))
     schedulers.append(LRScheduler(lr_mode, base_lr=lr, target_lr=0.0,
                                   nepochs=num_epochs - warmup_epochs, iters_per_epoch=per_epoch,
@@ -88,7 +90,7 @@ class _FromFirstUpdate(LRSequential):
 
 
 def optimizer_params(*, optimizer, lr, mom, wd, lr_mode, lr_step_epochs, lr_factor, warmup_epochs,
-                     num_epochs, batches_per_epoch, num_update=0):
+                     num_epochs, batches_per_epoch, num_update=0, warmup_lr=0.0):
     """Keyword arguments of :func:`mxfp16.make_optimizer` for a run, the schedule included.
 
     ``mom`` is passed only to optimizers that take a momentum; ``num_update`` (updates already
@@ -103,7 +105,7 @@ def optimizer_params(*, optimizer, lr, mom, wd, lr_mode, lr_step_epochs, lr_fact
     (['begin_num_update', 'learning_rate', 'lr_scheduler', 'wd'], 0.0)
     """
     scheduler = make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, lr_step_epochs,
-                                  lr_factor, warmup_epochs)
+                                  lr_factor, warmup_epochs, warmup_lr)
     params = dict(learning_rate=lr, wd=wd, begin_num_update=num_update, lr_scheduler=scheduler)
     if optimizer in MOMENTUM_OPTIMIZERS:
         params["momentum"] = mom

@@ -243,6 +243,7 @@ def check_labels(data_iter, num_classes):
 
 
 
-def resize_size(image_shape):
-    """Shorter side to resize to before the validation centre crop (256 for 224)."""
-    return int(math.ceil(max(image_shape[1:]) / CROP_RATIO))
+def resize_size(image_shape, crop_ratio=CROP_RATIO):
+    """Shorter side to resize to before the validation centre crop (256 for 224 and 0.875:
+    GluonCV's ``ceil(input_size / crop_ratio)``)."""
+    return int(math.ceil(max(image_shape[1:]) / crop_ratio))

@@ -8,13 +8,13 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
+from .augmentation import FolderAugmenter, normalised_tensor, recipe_of
 from .base import (
     COLOR_JITTER,
-    CROP_ASPECT_RATIOS,
+    CROP_RATIO,
     IMAGE_EXTENSIONS,
     IMAGENET_MEAN_RGB,
     IMAGENET_STD_RGB,
-    MIN_CROP_AREA,
     DataError,
     FixedShapeIter,
     check_image_shape,
@@ -230,30 +230,12 @@ def split_image_folder(root, val_fraction=0.2, seed=0):
 # Image folders as iterators
 # ---------------------------------------------------------------------------------------------------
 
-def _normalised_tensor(mean_rgb, std_rgb):
-    """HWC uint8 -> CHW float32, normalised as ImageRecordIter does (ToTensor divides by 255)."""
-    return [transforms.ToTensor(),
-            transforms.Normalize([m / 255.0 for m in mean_rgb], [s / 255.0 for s in std_rgb])]
-
-
-def _train_transform(image_shape, jitter, lighting, mean_rgb, std_rgb):
+def _val_transform(image_shape, mean_rgb, std_rgb, crop_ratio=CROP_RATIO):
     height, width = image_shape[1:]
-    steps = [transforms.RandomResizedCrop((width, height), scale=(MIN_CROP_AREA, 1.0),
-                                          ratio=CROP_ASPECT_RATIOS),
-             transforms.RandomFlipLeftRight()]
-    if jitter:
-        steps.append(transforms.RandomColorJitter(brightness=jitter, contrast=jitter,
-                                                  saturation=jitter))
-    if lighting:
-        steps.append(transforms.RandomLighting(lighting))
-    return transforms.Compose(steps + _normalised_tensor(mean_rgb, std_rgb))
-
-
-def _val_transform(image_shape, mean_rgb, std_rgb):
-    height, width = image_shape[1:]
-    return transforms.Compose([transforms.Resize(resize_size(image_shape), keep_ratio=True),
+    return transforms.Compose([transforms.Resize(resize_size(image_shape, crop_ratio),
+                                                 keep_ratio=True),
                                transforms.CenterCrop((width, height))]
-                              + _normalised_tensor(mean_rgb, std_rgb))
+                              + normalised_tensor(mean_rgb, std_rgb))
 
 
 def _read_image(path):
@@ -290,15 +272,16 @@ def _loader_iter(items, transform, batch_size, image_shape, shuffle, num_workers
 
 def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter=COLOR_JITTER,
                  lighting=0.0, mean_rgb=IMAGENET_MEAN_RGB, std_rgb=IMAGENET_STD_RGB, num_workers=0,
-                 num_parts=1, part_index=0):
+                 num_parts=1, part_index=0, augmentation=None, crop_ratio=CROP_RATIO):
     """Training and validation batches read straight from an image folder (Gluon transforms).
 
     The folder is listed and split by :func:`split_image_folder`: ``root/train`` and ``root/val`` when
     both exist, else a stratified split that holds out ``val_fraction`` of each class, seeded by
     ``seed`` (the split ``scripts/prepare_data.py --train-ratio 1-val_fraction --seed seed`` makes).
-    The preprocessing matches :func:`record_iter`: training takes a random resized crop, a random
-    mirror, colour jitter and optional PCA lighting; validation resizes the shorter side to
-    ``max(height, width) / 0.875`` and takes the centre crop.  ``seed`` fixes the split only; the
+    The preprocessing matches :func:`record_iter`: training applies ``augmentation`` (default: a
+    random resized crop, a random mirror, colour jitter and optional PCA lighting) with
+    :class:`~mxfp16.train.data.augmentation.FolderAugmenter`; validation resizes the shorter side to
+    ``max(height, width) / crop_ratio`` and takes the centre crop.  ``seed`` fixes the split only; the
     shuffle and the augmentation follow the global seeds (``mx.random.seed``, ``np.random.seed``).
 
     Parameters
@@ -320,6 +303,10 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
     num_parts, part_index : int
         Distributed training: this worker reads every ``num_parts``-th training image starting at
         ``part_index`` (of the training list in folder order); validation is not sharded.
+    augmentation : mxfp16.train.data.augmentation.Augmentation, optional
+        Replaces ``jitter``, ``lighting``, ``mean_rgb`` and ``std_rgb``.
+    crop_ratio : float
+        Validation centre crop as a fraction of the resized shorter side.
 
     Returns
     -------
@@ -353,12 +340,13 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
     if not shard:
         raise DataError(f"part {part_index} of {num_parts} of image folder {root!r} has no training "
                         f"image ({len(split.train)} in all): use fewer workers or more images")
-    train_transform = _train_transform(image_shape, jitter, lighting, mean_rgb, std_rgb)
+    aug = recipe_of(augmentation, jitter, lighting, mean_rgb, std_rgb)
+    train_transform = FolderAugmenter(aug, image_shape)
     train_data = _loader_iter(shard, train_transform, batch_size, image_shape,
                               shuffle=True, num_workers=num_workers)
     val_data = None
     if split.val:
-        val_transform = _val_transform(image_shape, mean_rgb, std_rgb)
+        val_transform = _val_transform(image_shape, aug.rgb_mean, aug.rgb_std, crop_ratio)
         val_data = _loader_iter(split.val, val_transform, batch_size, image_shape,
                                 shuffle=False, num_workers=num_workers)
     return train_data, val_data, split.classes

@@ -7,14 +7,14 @@ import cv2
 import mxnet as mx
 import numpy as np
 
+from .augmentation import mean_std_params, recipe_of, record_train_params
 from .base import (
     COLOR_JITTER,
-    CROP_ASPECT_RATIOS,
+    CROP_RATIO,
     DATA_NAME,
     IMAGENET_MEAN_RGB,
     IMAGENET_STD_RGB,
     LABEL_NAME,
-    MIN_CROP_AREA,
     REBUILD_HINT,
     DataError,
     FixedShapeIter,
@@ -148,15 +148,6 @@ def _part_size(num_records, num_parts, part_index):
     return max(0, min(num_records, (part_index + 1) * step) - part_index * step)
 
 
-def _train_augmentation(jitter, lighting, seed):
-    """ImageRecordIter arguments of the standard ImageNet training augmentation."""
-    return dict(shuffle=True, rand_mirror=True, random_resized_crop=True,
-                min_random_area=MIN_CROP_AREA, max_random_area=1.0,
-                min_aspect_ratio=CROP_ASPECT_RATIOS[0], max_aspect_ratio=CROP_ASPECT_RATIOS[1],
-                brightness=jitter, contrast=jitter, saturation=jitter, pca_noise=lighting,
-                seed_aug=seed)
-
-
 class _RecordIter(FixedShapeIter):
     """An ImageRecordIter with a ``pad`` a training loop can trust.
 
@@ -190,7 +181,7 @@ class _RecordIter(FixedShapeIter):
 
 def record_iter(path_rec, batch_size, image_shape, train=True, path_idx=None, jitter=COLOR_JITTER,
                 lighting=0.0, mean_rgb=IMAGENET_MEAN_RGB, std_rgb=IMAGENET_STD_RGB, num_threads=4,
-                num_parts=1, part_index=0, seed=0):
+                num_parts=1, part_index=0, seed=0, augmentation=None, crop_ratio=CROP_RATIO):
     """Batches of images from a RecordIO file, decoded and augmented by ``mx.io.ImageRecordIter``.
 
     Training: shuffled, random resized crop (8%..100% of the area, aspect 3/4..4/3), random mirror,
@@ -224,6 +215,11 @@ def record_iter(path_rec, batch_size, image_shape, train=True, path_idx=None, ji
         ``part_index`` (e.g. ``num_parts=kv.num_workers, part_index=kv.rank``).
     seed : int
         Seed of the shuffle and of the augmentation.
+    augmentation : mxfp16.train.data.augmentation.Augmentation, optional
+        The training augmentation and normalisation (MXNet example's flags); replaces ``jitter``,
+        ``lighting``, ``mean_rgb`` and ``std_rgb``.
+    crop_ratio : float
+        Validation: the centre crop is this fraction of the resized shorter side.
 
     Returns
     -------
@@ -260,15 +256,17 @@ def record_iter(path_rec, batch_size, image_shape, train=True, path_idx=None, ji
     if not part_size:
         raise DataError(f"part {part_index} of {num_parts} of {path_rec!r} is empty: the file has "
                         f"{num_records} records; use num_parts <= {num_records}")
+    aug = recipe_of(augmentation, jitter, lighting, mean_rgb, std_rgb)
     common = dict(path_imgrec=path_rec, path_imgidx=path_idx, data_shape=image_shape,
                   batch_size=batch_size, label_width=1, data_name=DATA_NAME, label_name=LABEL_NAME,
-                  mean_r=mean_rgb[0], mean_g=mean_rgb[1], mean_b=mean_rgb[2], std_r=std_rgb[0],
-                  std_g=std_rgb[1], std_b=std_rgb[2], preprocess_threads=num_threads,
-                  num_parts=num_parts, part_index=part_index, seed=seed, verbose=False)
+                  preprocess_threads=num_threads, num_parts=num_parts, part_index=part_index,
+                  seed=seed, verbose=False)
     if train:
-        train_iter = mx.io.ImageRecordIter(**_train_augmentation(jitter, lighting, seed), **common)
+        train_iter = mx.io.ImageRecordIter(shuffle=True, seed_aug=seed,
+                                           **record_train_params(aug), **common)
         return _RecordIter(train_iter, batch_size, image_shape)
     val_iter = mx.io.ImageRecordIter(shuffle=False, round_batch=False,
-                                     resize=resize_size(image_shape), **common)
+                                     resize=resize_size(image_shape, crop_ratio),
+                                     **mean_std_params(aug.rgb_mean, aug.rgb_std), **common)
     return _RecordIter(val_iter, batch_size, image_shape, num_samples=part_size)
 

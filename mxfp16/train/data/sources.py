@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from .base import DataError, check_labels, synthetic_iter
+from .base import CROP_RATIO, DataError, check_labels, synthetic_iter
 from .folders import folder_iters, split_image_folder
 from .recordio import check_record_file, record_iter
 
@@ -26,14 +26,16 @@ class TrainData:
 def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_train_idx=None,
               data_val=None, data_val_idx=None, data_dir=None, val_fraction=0.2, synthetic=False,
               num_examples=1281167, num_threads=4, num_parts=1, part_index=0, seed=0,
-              max_batches=0):
+              max_batches=0, augmentation=None, crop_ratio=CROP_RATIO):
     """The training and validation data chosen by the data flags.
 
     RecordIO files (``data_train``, ``data_val``) are read by ``ImageRecordIter`` with the ImageNet
     augmentation, sharded over ``num_parts`` workers; an image folder (``data_dir``) by Gluon
     transforms with a seeded split; ``synthetic`` data is one random batch served
     ``num_examples // batch_size`` times, validated on that same batch.  Every label is checked to
-    be in ``[0, num_classes)``.
+    be in ``[0, num_classes)``.  ``augmentation`` (an
+    :class:`~mxfp16.train.data.augmentation.Augmentation`, default: the ImageNet recipe) and
+    ``crop_ratio`` (validation centre crop) apply to files and folders alike.
 
     Returns
     -------
@@ -56,10 +58,12 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
         loaded = _synthetic_data(batch_size, image_shape, num_classes, num_examples, seed + part_index)
     elif data_dir:
         loaded = _folder_data(data_dir, batch_size, image_shape, num_classes, val_fraction, seed,
-                              num_parts, part_index)
+                              num_parts, part_index, augmentation=augmentation,
+                              crop_ratio=crop_ratio)
     else:
         loaded = _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size,
-                              image_shape, num_threads, num_parts, part_index, seed)
+                              image_shape, num_threads, num_parts, part_index, seed,
+                              augmentation=augmentation, crop_ratio=crop_ratio)
     batches = min(loaded.batches_per_epoch, max_batches or loaded.batches_per_epoch)
     val = check_labels(loaded.val, num_classes) if loaded.val is not None else None
     return TrainData(check_labels(loaded.train, num_classes), val, batches,
@@ -74,14 +78,15 @@ def _synthetic_data(batch_size, image_shape, num_classes, num_examples, seed):
 
 
 def _folder_data(root, batch_size, image_shape, num_classes, val_fraction, seed, num_parts,
-                 part_index):
+                 part_index, **augmentation):
     split = split_image_folder(root, val_fraction, seed)
     if len(split.classes) > num_classes:
         raise DataError(f"image folder {root!r} has {len(split.classes)} classes but "
                                  f"--num-classes is {num_classes}: pass --num-classes "
                                  f"{len(split.classes)}")
     train, val, _ = folder_iters(root, batch_size, image_shape, val_fraction, seed,
-                                          num_parts=num_parts, part_index=part_index)
+                                          num_parts=num_parts, part_index=part_index,
+                                          **augmentation)
     shard_size = len(split.train[part_index::num_parts])
     return TrainData(train, val, math.ceil(shard_size / batch_size),
                      f"image folder {root} ({len(split.classes)} classes, {len(split.train)} "
@@ -89,8 +94,8 @@ def _folder_data(root, batch_size, image_shape, num_classes, val_fraction, seed,
 
 
 def _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size, image_shape,
-                 num_threads, num_parts, part_index, seed):
-    common = dict(num_threads=num_threads, seed=seed)
+                 num_threads, num_parts, part_index, seed, **augmentation):
+    common = dict(num_threads=num_threads, seed=seed, **augmentation)
     train = record_iter(data_train, batch_size, image_shape, train=True,
                                  path_idx=data_train_idx, num_parts=num_parts,
                                  part_index=part_index, **common)

@@ -1,0 +1,233 @@
+"""Commands of MXNet's example/image-classification and GluonCV's train_imagenet.py, resolved.
+
+A user's command runs with the meaning it had in the tool it came from: the example's
+``--network resnet-v1 --num-layers 50`` is the zoo's ``resnet50_v1``, GluonCV's ``--input-size``
+is ``--image-shape``, ``--lr-decay-period`` the step epochs, ``--save-dir`` the checkpoint prefix,
+``--amp`` float16 with dynamic loss scaling, ``--load-epoch`` with ``--model-prefix`` a resume.
+:func:`resolve_commands` turns those flags into the config's own settings once, when the config is
+checked, and records a note for the log of each translation.
+"""
+import dataclasses
+import os
+
+import mxnet as mx
+
+from ..models import resolve_network_name
+from .data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
+
+#: ``--mode`` values: GluonCV's (``symbolic`` trains as ``hybrid``, as GluonCV's script does).
+MODES = ("hybrid", "imperative", "symbolic")
+
+#: ``--initializer`` of MXNet's example: name -> initializer.  ``default`` is mxfp16's (and
+#: GluonCV's) He initialization, which the example's default Xavier(gaussian, in, 2) equals.
+INITIALIZERS = {"default": mx.init.MSRAPrelu, "msra": mx.init.MSRAPrelu, "xavier": mx.init.Xavier,
+                "orthogonal": mx.init.Orthogonal, "normal": mx.init.Normal,
+                "uniform": mx.init.Uniform, "one": mx.init.One, "zero": mx.init.Zero}
+
+#: ``--loss`` of MXNet's example: losses it logs as metrics.  The loss a run trains with is the
+#: softmax cross-entropy either way, and it is logged every --disp-batches batches.
+LOGGED_LOSSES = ("ce", "nll_loss")
+
+#: GluonCV's RecordIO files when ``--use-rec`` comes without them.
+GLUONCV_REC_DIR = os.path.join("~", ".mxnet", "datasets", "imagenet", "rec")
+
+
+def resolve_network(config):
+    """``(zoo name, note)`` of ``--network`` / ``--model`` with ``--num-layers`` and
+    ``--batch-norm`` (:func:`mxfp16.models.resolve_network_name`)."""
+    try:
+        zoo_name = resolve_network_name(config.network, config.num_layers,
+                                        image_side=min(config.image_shape[1:]),
+                                        batch_norm=config.batch_norm)
+    except ValueError as error:
+        if getattr(config, "pretrained_model", None):  # fine_tune.py: the checkpoint's network
+            return config.network, None
+        message = str(error)
+        raise ValueError(message if message.startswith("--network") else
+                         f"--network: {message}") from None
+    if zoo_name == config.network:
+        return zoo_name, None
+    given = f"--network {config.network}" + \
+        (f" --num-layers {config.num_layers}" if config.num_layers is not None else "") + \
+        (" --batch-norm" if config.batch_norm else "")
+    return zoo_name, f"{given} is the model zoo's {zoo_name}"
+
+
+def _image_shape(config, default_shape):
+    if config.input_size is None:
+        return config.image_shape
+    shape = (3, config.input_size, config.input_size)
+    if tuple(config.image_shape) not in (tuple(default_shape), shape):
+        raise ValueError(f"--input-size {config.input_size} and --image-shape "
+                         f"{','.join(map(str, config.image_shape))} disagree: pass one of them")
+    return shape
+
+
+def _data_files(config):
+    """The data flags with GluonCV's ``--use-rec`` and its default files applied."""
+    if not config.use_rec:
+        return {}
+    train = config.data_train or os.path.join(GLUONCV_REC_DIR, "train.rec")
+    files = dict(data_train=os.path.expanduser(train), data_dir=None)
+    if config.data_train_idx or not config.data_train:
+        files["data_train_idx"] = os.path.expanduser(
+            config.data_train_idx or os.path.join(GLUONCV_REC_DIR, "train.idx"))
+    if config.data_val or not config.data_train:
+        files["data_val"] = os.path.expanduser(
+            config.data_val or os.path.join(GLUONCV_REC_DIR, "val.rec"))
+        files["data_val_idx"] = os.path.expanduser(
+            config.data_val_idx or os.path.join(GLUONCV_REC_DIR, "val.idx"))
+    return files
+
+
+def _precision(config):
+    """``--amp`` (GluonCV's AMP): float16 with dynamic loss scaling."""
+    if not config.amp:
+        return {}, None
+    if config.dtype not in ("float32", "float16", "fp16"):
+        raise ValueError(f"--amp trains in float16 with dynamic loss scaling and --dtype "
+                         f"{config.dtype} asks for another dtype: pass one of them")
+    return dict(dtype="float16", loss_scale=config.loss_scale or "dynamic"), \
+        "--amp: float16 with dynamic loss scaling (float32 master weights)"
+
+
+def _checkpoints(config, network, fine_tuning):
+    """``model_prefix`` and ``resume`` from GluonCV's ``--save-dir`` / ``--resume-params`` and
+    MXNet's ``--load-epoch`` with ``--model-prefix``."""
+    settings, notes = {}, []
+    prefix = config.model_prefix
+    if config.save_dir and not prefix:
+        prefix = settings["model_prefix"] = os.path.join(config.save_dir, f"imagenet-{network}")
+        notes.append(f"--save-dir {config.save_dir}: checkpoints {prefix}-NNNN.*")
+    if config.resume_params:
+        stem = config.resume_params[:-len(".params")] \
+            if config.resume_params.endswith(".params") else config.resume_params
+        if not os.path.isfile(stem + ".json"):
+            raise ValueError(f"--resume-params {config.resume_params} is not a checkpoint of "
+                             f"mxfp16 ({stem}.json is missing): resume a run of mxfp16 with "
+                             "--resume-params PREFIX-NNNN.params or --resume PREFIX-NNNN")
+        _check_resume_files(config, stem)
+        settings["resume"] = stem
+    elif config.load_epoch is not None and not fine_tuning and not config.resume:
+        if not prefix:
+            raise ValueError(f"--load-epoch {config.load_epoch} loads the checkpoint of "
+                             "--model-prefix at that epoch: pass --model-prefix too")
+        settings["resume"] = f"{prefix}-{config.load_epoch:04d}"
+        notes.append(f"--model-prefix {prefix} --load-epoch {config.load_epoch}: resuming "
+                     f"{settings['resume']}")
+    return settings, notes
+
+
+def _check_resume_files(config, stem):
+    """GluonCV's ``--resume-states`` and ``--resume-epoch`` must be those of the checkpoint
+    ``stem`` (``PREFIX-NNNN``, saved after NNNN epochs)."""
+    if config.resume_states and config.resume_states != stem + ".states":
+        raise ValueError(f"--resume-states {config.resume_states} is not the optimizer state of "
+                         f"--resume-params {config.resume_params}: pass {stem}.states, or leave "
+                         "it out (the checkpoint brings its own)")
+    epochs_done = stem.rsplit("-", 1)[-1]
+    if config.resume_epoch and epochs_done.isdigit() and config.resume_epoch != int(epochs_done):
+        raise ValueError(f"--resume-epoch {config.resume_epoch} does not follow --resume-params "
+                         f"{config.resume_params}, saved after {int(epochs_done)} epochs: pass "
+                         f"--resume-epoch {int(epochs_done)} or leave it out")
+
+
+def _check_compat_flags(config):
+    for flag, value, choices in (("--mode", config.mode, MODES),
+                                 ("--initializer", config.initializer, tuple(INITIALIZERS)),
+                                 ("--gc-type", config.gc_type, ("none",))):
+        if value not in choices:
+            extra = ": gradient compression is not supported with float16 training" \
+                if flag == "--gc-type" else ""
+            raise ValueError(f"{flag} {value!r} is not supported{extra}: choose one of "
+                             f"{', '.join(choices)}")
+    if config.mode == "imperative" and config.api != "gluon":
+        raise ValueError("--mode imperative runs the Gluon network without hybridize: it needs "
+                         "--api gluon")
+    losses = [name for name in str(config.loss or "").split(",") if name]
+    if any(name not in LOGGED_LOSSES for name in losses):
+        raise ValueError(f"--loss {config.loss!r} is not supported: choose ce or nll_loss")
+    if config.kv_store == "nccl" and not mx.runtime.Features().is_enabled("NCCL"):
+        raise ValueError("--kv-store nccl needs MXNet built with NCCL, and this MXNet "
+                         f"{mx.__version__} is not: pass --kv-store device")
+    if config.use_pretrained and config.num_classes != 1000:
+        raise ValueError(f"--use-pretrained starts from the zoo's 1000-class ImageNet weights and "
+                         f"--num-classes is {config.num_classes}: use scripts/fine_tune.py for "
+                         "another number of classes")
+    if not 0 < config.crop_ratio <= 1 or config.warmup_lr < 0 or config.mixup_off_epoch < 0:
+        raise ValueError(f"need 0 < --crop-ratio <= 1 (e.g. 0.875), --warmup-lr >= 0 and "
+                         f"--mixup-off-epoch >= 0, got {config.crop_ratio}, {config.warmup_lr}, "
+                         f"{config.mixup_off_epoch}")
+
+
+def _notes(config):
+    notes = []
+    if config.monitor:
+        notes.append(f"--monitor {config.monitor}: MXNet's Monitor is not run; the float16 report "
+                     "(scripts/report.py) shows per-layer values and gradients")
+    if config.loss:
+        notes.append(f"--loss {config.loss}: the softmax cross-entropy loss is logged every "
+                     "--disp-batches batches")
+    if config.use_se and not config.network.startswith("resnext"):
+        notes.append(f"--use-se applies to resnext networks (GluonCV's rule): {config.network} "
+                     "is built without it")
+    if config.num_training_samples is not None and not config.synthetic:
+        notes.append(f"--num-training-samples {config.num_training_samples}: the epoch length "
+                     "comes from the training data")
+    return notes
+
+
+def resolve_commands(config, fine_tuning=False):
+    """``config`` with the flags of MXNet's example and GluonCV turned into its own settings.
+
+    Parameters
+    ----------
+    config : mxfp16.train.config.TrainConfig
+    fine_tuning : bool
+        ``--load-epoch`` belongs to ``--pretrained-model`` (fine_tune.py), not to a resume.
+
+    Returns
+    -------
+    TrainConfig
+        With ``notes``: one line for the log per translated flag.
+
+    Raises
+    ------
+    ValueError
+        Naming the flag and the fix.
+    """
+    _check_compat_flags(config)
+    default_shape = type(config)().image_shape
+    config = dataclasses.replace(config, image_shape=_image_shape(config, default_shape))
+    network, note = resolve_network(config)
+    notes = [note] if note else []
+    settings = dict(network=network, **_data_files(config))
+    if config.lr_decay_period > 0:
+        settings["lr_step_epochs"] = tuple(range(config.lr_decay_period, config.num_epochs,
+                                                 config.lr_decay_period))
+    if config.num_training_samples is not None:
+        settings["num_examples"] = config.num_training_samples
+    precision, note = _precision(config)
+    settings.update(precision)
+    notes += [note] if note else []
+    files, file_notes = _checkpoints(config, network, fine_tuning)
+    settings.update(files)
+    resolved = dataclasses.replace(config, **settings)
+    return dataclasses.replace(resolved, notes=tuple(notes + file_notes + _notes(resolved)))
+
+
+def augmentation(config, recipe=IMAGENET_RECIPE):
+    """The run's training augmentation: ``recipe`` with the augmentation flags given."""
+    return with_overrides(recipe, **{name: getattr(config, name) for name in AUGMENTATION_FLAGS})
+
+
+def network_settings(config):
+    """Keyword arguments of :func:`mxfp16.models.new_network` for ``config`` (GluonCV's rules:
+    ``last_gamma`` for every network, ``use_se`` for resnext ones)."""
+    settings = dict(initializer=INITIALIZERS[config.initializer](),
+                    pretrained=config.use_pretrained, root=config.model_root)
+    if config.last_gamma:
+        settings["last_gamma"] = True
+    if config.use_se and config.network.startswith("resnext"):
+        settings["use_se"] = True
+    return settings

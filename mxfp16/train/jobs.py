@@ -1,0 +1,59 @@
+"""The jobs the training scripts run: the notes of a resolved command, then the training, or
+(MXNet example's ``--test-io 1``) a measurement of the data reading alone."""
+import logging
+import time
+
+from .data import load_data
+from .finetune import fine_tune
+from .loop import _data_settings, train
+
+log = logging.getLogger("mxfp16.train")
+
+
+def _log_notes(config):
+    for note in config.notes:
+        log.info(note)
+
+
+def test_io(config, metrics_path=None):
+    """Read one epoch of training data as MXNet's example ``--test-io 1`` does, logging the speed
+    every ``--disp-batches`` batches; nothing is trained.
+
+    Returns
+    -------
+    dict
+        ``epoch`` (0), ``batches`` and ``img_per_sec`` (for the summary line).
+    """
+    data = load_data(**_data_settings(config))
+    data.train.reset()
+    start = tic = time.time()
+    batches = 0
+    for batches, batch in enumerate(data.train, 1):
+        batch.data[0].wait_to_read()
+        if batches % config.disp_batches == 0:
+            log.info("Batch [%d]\tSpeed: %.2f samples/sec", batches - 1,
+                     config.disp_batches * config.batch_size / (time.time() - tic))
+            tic = time.time()
+        if batches >= data.batches_per_epoch:
+            break
+    speed = batches * config.batch_size / max(time.time() - start, 1e-9)
+    log.info("--test-io: read %d batches of %d at %.1f img/s (%s); nothing trained", batches,
+             config.batch_size, speed, data.description)
+    return {"epoch": 0, "batches": batches, "img_per_sec": speed}
+
+
+def train_job(config, metrics_path=None):
+    """``scripts/train_imagenet.py``'s job: :func:`mxfp16.train.loop.train`, or :func:`test_io`."""
+    _log_notes(config)
+    if config.test_io:
+        return test_io(config, metrics_path)
+    return train(config, metrics_path=metrics_path)
+
+
+def fine_tune_job(config, metrics_path=None):
+    """``scripts/fine_tune.py``'s job: :func:`mxfp16.train.finetune.fine_tune`, or
+    :func:`test_io`."""
+    _log_notes(config)
+    if config.test_io:
+        return test_io(config, metrics_path)
+    return fine_tune(config, metrics_path=metrics_path)
