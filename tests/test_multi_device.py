@@ -22,10 +22,12 @@ from mxfp16.train.gluon_api import GluonAPI
 from mxfp16.train.module_api import ModuleAPI
 
 IMAGE_SHAPE = (3, 8, 8)
-#: Float16 with dynamic loss scaling, 4 batches of 8 (4 images per device on two devices).
-QUICK = ["--network", "cifar_resnet20_v1", "--image-shape", "3,8,8", "--num-classes", "4",
+#: 4 batches of 8 per epoch (4 images per device on two devices).
+SMALL = ["--network", "cifar_resnet20_v1", "--image-shape", "3,8,8", "--num-classes", "4",
          "--batch-size", "8", "--top-k", "2", "--benchmark", "1", "--num-examples", "32",
-         "--dtype", "float16", "--loss-scale", "dynamic", "--disp-batches", "2"]
+         "--disp-batches", "2"]
+#: ... in float16 with dynamic loss scaling.
+QUICK = SMALL + ["--dtype", "float16", "--loss-scale", "dynamic"]
 TWO_CPUS_LINE = ("devices: cpu(0), cpu(1) (--cpus 2: a rehearsal of 2 GPUs on the CPU); "
                  "batch 8 per step, 4 per device")
 
@@ -76,7 +78,8 @@ def device_states(api):
     if isinstance(api, GluonAPI):
         return [{index: flat(state) for index, state in updater.states.items()}
                 for updater in mxnet_internals.trainer_updaters(api.trainer)]
-    states, num_devices = mxnet_internals.module_updater(api.module).states, len(api.module._context)
+    states = mxnet_internals.module_updater(api.module).states
+    num_devices = len(next(iter(trained_arrays(api).values())))
     return [{index // num_devices: flat(state) for index, state in states.items()
              if index % num_devices == device} for device in range(num_devices)]
 
@@ -91,7 +94,7 @@ def assert_devices_identical(api, num_devices=2):
     states = device_states(api)
     assert len(states) == num_devices and states[0]
     for other in states[1:]:
-        assert assert_states_equal(states[0], other)
+        assert_states_equal(states[0], other)
 
 
 def assert_states_equal(first, second):
@@ -100,7 +103,6 @@ def assert_states_equal(first, second):
         assert len(first[index]) == len(second[index])
         for a, b in zip(first[index], second[index]):
             assert a.dtype == b.dtype and np.array_equal(a, b), index
-    return True
 
 
 def saved_states(path):
@@ -130,14 +132,27 @@ def test_two_cpus_train_float16_with_dynamic_scaling_and_identical_devices(
                                    "--model-prefix", prefix]) == 0
     assert first_log_line(tmp_path) == TWO_CPUS_LINE
     trained = runs[-1][0]
-    assert [str(c) for c in (trained.ctx if api == "gluon" else trained.module._context)] == \
-        ["cpu(0)", "cpu(1)"]
+    assert [a.context for a in next(iter(trained_arrays(trained).values()))] == \
+        [mx.cpu(0), mx.cpu(1)]
     assert isinstance(trained.scaler, mxfp16.DynamicLossScaler)
     assert trained.optimizer.num_update == 8 - trained.scaler.num_skipped
     assert_devices_identical(trained)
     assert checkpoint.saved_epochs(prefix) == [1, 2]
+    last = records(prefix)[-1]  # evaluated on both devices
+    assert last["top1"] is not None and last["num_update"] == trained.optimizer.num_update
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(
         f"cifar_resnet20_v1 float16 ({api}): 2 epochs, top-1 ")
+
+
+@pytest.mark.parametrize("api", ["gluon", "module"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_two_cpus_train_float32_and_bfloat16(train_imagenet, runs, tmp_path, api, dtype):
+    assert train_imagenet(SMALL + ["--api", api, "--cpus", "2", "--dtype", dtype, "--num-epochs",
+                                   "1", "--log-file", str(tmp_path / "train.log")]) == 0
+    assert first_log_line(tmp_path) == TWO_CPUS_LINE
+    trained = runs[-1][0]
+    assert trained.optimizer.num_update == 4 and not trained.scaler.enabled
+    assert_devices_identical(trained)
 
 
 class HalfPoisonedIter(mx.io.DataIter):
