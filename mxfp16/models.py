@@ -266,9 +266,17 @@ def block_to_network(block):
     # The first device's copy: data() alone would look on the default context, not a GPU.
     arg_params = {name: params[name].list_data()[0].astype("float32")
                   for name in symbol.list_arguments() if name != DATA_INPUT}
-    aux_params = {name: params[name].list_data()[0].astype("float32")
+    aux_params = {name: _device_mean(params[name].list_data()).astype("float32")
                   for name in symbol.list_auxiliary_states()}
     return Network(symbol, arg_params, aux_params)
+
+
+def _device_mean(arrays):
+    """The mean of an auxiliary state's copies, one per device (each device's BatchNorm keeps its
+    own running statistics), as Gluon's ``save_parameters`` and Module's ``get_params`` save it."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return mx.nd.add_n(*[array.as_in_context(arrays[0].context) for array in arrays]) / len(arrays)
 
 
 def new_network(name, num_classes, image_shape, initializer=None, pretrained=False,

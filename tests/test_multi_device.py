@@ -64,6 +64,15 @@ def trained_arrays(api):
     return {name: arrays[name] for name in api.network.arg_params}
 
 
+def device_copies(api, names):
+    """``{name: [array on each device]}`` of the named parameters or auxiliary states."""
+    if isinstance(api, GluonAPI):
+        params = api.block.collect_params()
+        return {name: params[name].list_data() for name in names}
+    arrays = mxnet_internals.module_arrays_per_device(api.module)
+    return {name: arrays[name] for name in names}
+
+
 def flat(state):
     """The arrays of an optimizer state (nested tuples of NDArrays) as numpy arrays."""
     if state is None:
@@ -138,6 +147,14 @@ def test_two_cpus_train_float16_with_dynamic_scaling_and_identical_devices(
     assert trained.optimizer.num_update == 8 - trained.scaler.num_skipped
     assert_devices_identical(trained)
     assert checkpoint.saved_epochs(prefix) == [1, 2]
+    # BatchNorm's running statistics are each device's; the checkpoint holds their mean.
+    statistics = device_copies(trained, trained.network.aux_params)
+    saved = mx.model.load_checkpoint(prefix, 2)[2]
+    assert sorted(saved) == sorted(statistics)
+    for name, (first, second) in statistics.items():
+        assert np.array_equal(saved[name].asnumpy(), (first.asnumpy() + second.asnumpy()) / 2), name
+    assert any(not np.array_equal(first.asnumpy(), second.asnumpy())
+               for first, second in statistics.values())
     last = records(prefix)[-1]  # evaluated on both devices
     assert last["top1"] is not None and last["num_update"] == trained.optimizer.num_update
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(
