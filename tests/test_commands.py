@@ -304,3 +304,35 @@ def test_explicit_augmentation_flags_override_the_recipe_only_where_given():
         **{**IMAGENET_RECIPE.__dict__, "brightness": 0.1, "pca_noise": 0.1})
     tuned = parse("fine_tune", ["--random-resized-crop", "1"], FineTuneConfig).augmentation
     assert (tuned.random_resized_crop, tuned.min_random_area, tuned.brightness) == (1, 0.08, 0.0)
+
+
+def test_use_rec_alone_reads_gluoncv_default_files():
+    config = parse("train_imagenet", ["--model", "resnet18_v1", "--use-rec"])
+    rec_dir = os.path.expanduser(os.path.join("~", ".mxnet", "datasets", "imagenet", "rec"))
+    assert (config.data_train, config.data_train_idx, config.data_val, config.data_val_idx) == \
+        tuple(os.path.join(rec_dir, name) for name in ("train.rec", "train.idx", "val.rec",
+                                                       "val.idx"))
+
+
+def test_mixup_stops_for_the_last_mixup_off_epochs(monkeypatch):
+    from mxfp16.train import loop
+    lambdas = []
+    monkeypatch.setattr(loop, "mixup_data", lambda x, lam: lambdas.append(lam) or x)
+
+    class Api:
+        scaler = type("Scaler", (), {"loss_scale": 1.0, "num_skipped": 0})()
+        optimizer = type("Optimizer", (), {"lr_scheduler": None, "learning_rate": 0.1,
+                                           "num_update": 0})()
+
+        def split(self, array):
+            return [array]
+
+        def train_step(self, data, targets, batch_size):
+            return [mx.nd.zeros((4, 3))], [mx.nd.zeros(4)], True
+
+    from mxfp16.train.data import synthetic_iter
+    for epoch in (0, 1):
+        loop.train_one_epoch(Api(), synthetic_iter(4, (3, 4, 4), 3, 2), num_classes=3,
+                             batch_size=4, num_batches=2, epoch=epoch, mixup_alpha=0.2,
+                             mixup_until=1)
+    assert all(lam < 1 for lam in lambdas[:2]) and lambdas[2:] == [1.0, 1.0]
