@@ -102,12 +102,11 @@ def _checkpoints(config, network, fine_tuning):
     if config.resume_params:
         stem = config.resume_params[:-len(".params")] \
             if config.resume_params.endswith(".params") else config.resume_params
-        if not os.path.isfile(stem + ".json"):
-            raise ValueError(f"--resume-params {config.resume_params} is not a checkpoint of "
-                             f"mxfp16 ({stem}.json is missing): resume a run of mxfp16 with "
-                             "--resume-params PREFIX-NNNN.params or --resume PREFIX-NNNN")
-        _check_resume_files(config, stem)
-        settings["resume"] = stem
+        if os.path.isfile(stem + ".json"):
+            _check_resume_files(config, stem)
+            settings["resume"] = stem
+        else:
+            notes.append(_gluoncv_resume_note(config))
     elif config.load_epoch is not None and not fine_tuning and not config.resume:
         if not prefix:
             raise ValueError(f"--load-epoch {config.load_epoch} loads the checkpoint of "
@@ -116,6 +115,20 @@ def _checkpoints(config, network, fine_tuning):
         notes.append(f"--model-prefix {prefix} --load-epoch {config.load_epoch}: resuming "
                      f"{settings['resume']}")
     return settings, notes
+
+
+def _gluoncv_resume_note(config):
+    """GluonCV's own parameter file: its weights, and the run continues at ``--resume-epoch``."""
+    if not os.path.isfile(config.resume_params):
+        raise ValueError(f"--resume-params {config.resume_params} not found: pass a checkpoint "
+                         "PREFIX-NNNN.params of mxfp16 or a parameter file GluonCV saved")
+    if not 0 <= config.resume_epoch < config.num_epochs:
+        raise ValueError(f"--resume-epoch {config.resume_epoch} must be in [0, --num-epochs "
+                         f"{config.num_epochs})")
+    states = f"; {config.resume_states} is not read (the optimizer state starts afresh)" \
+        if config.resume_states else ""
+    return (f"--resume-params {config.resume_params}: GluonCV's weights, training continues at "
+            f"epoch {config.resume_epoch} (--resume-epoch){states}")
 
 
 def _check_resume_files(config, stem):

@@ -3,6 +3,9 @@
 import logging
 import time
 
+import mxnet as mx
+
+from ..models import block_to_network, get_network
 from .data import load_data
 from .finetune import fine_tune
 from .loop import _data_settings, train
@@ -42,12 +45,38 @@ def test_io(config, metrics_path=None):
     return {"epoch": 0, "batches": batches, "img_per_sec": speed}
 
 
+def gluoncv_network(config):
+    """The network of ``--model`` with the weights of a parameter file GluonCV saved
+    (``net.save_parameters``, GluonCV's ``--resume-params``).
+
+    Raises
+    ------
+    ValueError
+        If the file does not hold ``--model``'s parameters.
+    """
+    settings = {k: v for k, v in config.network_settings.items() if k in ("last_gamma", "use_se")}
+    block = get_network(config.network, config.num_classes, **settings)
+    try:
+        block.load_parameters(config.resume_params)
+    except (AssertionError, mx.base.MXNetError) as error:
+        reason = " ".join(str(error).split())[:160]
+        raise ValueError(f"--resume-params {config.resume_params} does not hold the parameters of "
+                         f"--model {config.network} with --num-classes {config.num_classes} "
+                         f"({reason}): pass the --model it was trained with") from None
+    return block_to_network(block)
+
+
 def train_job(config, metrics_path=None):
-    """``scripts/train_imagenet.py``'s job: :func:`mxfp16.train.loop.train`, or :func:`test_io`."""
+    """``scripts/train_imagenet.py``'s job: :func:`mxfp16.train.loop.train`, or :func:`test_io`.
+
+    A GluonCV parameter file (``--resume-params`` that is not a checkpoint of mxfp16) gives the
+    starting weights; the loop starts at ``--resume-epoch``.
+    """
     _log_notes(config)
     if config.test_io:
         return test_io(config, metrics_path)
-    return train(config, metrics_path=metrics_path)
+    network = gluoncv_network(config) if config.resume_params and not config.resume else None
+    return train(config, network=network, metrics_path=metrics_path)
 
 
 def fine_tune_job(config, metrics_path=None):

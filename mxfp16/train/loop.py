@@ -20,7 +20,7 @@ import numpy as np
 from ..kvstore import make_kvstore
 from ..loss_scaling import make_loss_scaler
 from ..models import new_network
-from .checkpoint import resume_run, save_checkpoint
+from .checkpoint import StartPoint, resume_run, save_checkpoint
 from .config import contexts
 from .data import load_data
 from .gluon_api import GluonAPI
@@ -270,6 +270,8 @@ def train(config, network=None, metrics_path=None):
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
                                 optimizer=config.optimizer, num_epochs=config.num_epochs,
                                 model_prefix=config.model_prefix)
+    if not config.resume and config.resume_epoch:  # GluonCV's --resume-epoch with its weights
+        start = StartPoint(config.resume_epoch, config.resume_epoch * data.batches_per_epoch)
     _warn_batch_size(config.batch_size, config.dtype)
     log.info("training %s in %s with the %s API on %s (%d worker(s)): %s, %d batches of %d "
              "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
