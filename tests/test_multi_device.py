@@ -332,6 +332,10 @@ DEVICE_ERRORS = [
      f"{mx.__version__} is a CPU build (built without CUDA)): install MXNet's CUDA build (pip "
      'install -e ".[cu112]"), or pass --num-gpus 0 to train on the CPU with float16 emulated, '
      "or --num-gpus 0 --cpus 2 to rehearse 2 devices on the CPU"),
+    (0, False, ["--gpus", "0"],
+     "--gpus 0 needs GPU 0 but MXNet finds 0 GPU(s) (mx.context.num_gpus() = 0; MXNet "
+     f"{mx.__version__} is a CPU build (built without CUDA)): install MXNet's CUDA build (pip "
+     'install -e ".[cu112]"), or pass no --gpus to train on the CPU with float16 emulated\n'),
     (2, True, ["--cpus", "2", "--gpus", "0,1"],
      "--cpus 2 and --gpus 0,1 both choose the devices: pass --gpus to train on GPUs, or --cpus "
      "to rehearse 2 devices on the CPU, not both"),
@@ -351,7 +355,7 @@ DEVICE_ERRORS = [
 
 @pytest.mark.parametrize("script", ["train_imagenet", "fine_tune"])
 @pytest.mark.parametrize("gpus_found, cuda, flags, message", DEVICE_ERRORS, ids=[
-    "gpus-on-cpu-build", "fewer-gpus", "num-gpus-on-cpu-build", "cpus-and-gpus",
+    "gpus-on-cpu-build", "fewer-gpus", "one-gpu-on-cpu-build", "num-gpus-on-cpu-build", "cpus-and-gpus",
     "gpus-and-num-gpus", "cpus-and-num-gpus", "negative-num-gpus", "no-cpus", "batch-split",
     "cpus-not-a-number"])
 def test_device_errors_are_one_line_before_anything_is_built(

@@ -315,10 +315,11 @@ def _check_gpus_found(flag, ids):
         if cuda else 'install MXNet\'s CUDA build (pip install -e ".[cu112]")'
     on_cpu, rehearse = ("--num-gpus 0", f"--num-gpus 0 --cpus {len(ids)}") \
         if flag.startswith("--num-gpus") else ("no --gpus", f"--cpus {len(ids)} instead")
+    rehearsal = f", or {rehearse} to rehearse {len(ids)} devices on the CPU" if len(ids) > 1 else ""
     raise ValueError(f"{flag} needs GPU {max(ids)} but MXNet finds {found} GPU(s) "
                      f"(mx.context.num_gpus() = {found}; MXNet {mx.__version__} is {build}): "
-                     f"{get_gpus}, or pass {on_cpu} to train on the CPU with float16 emulated, "
-                     f"or {rehearse} to rehearse {len(ids)} devices on the CPU")
+                     f"{get_gpus}, or pass {on_cpu} to train on the CPU with float16 "
+                     f"emulated{rehearsal}")
 
 
 def _check_devices(config):
