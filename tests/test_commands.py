@@ -291,11 +291,12 @@ def test_test_io_reads_the_data_and_trains_nothing(rec_files, tmp_path, capsys):
 def test_example_flags_that_log_a_note(capsys):
     argv = ["--model", "cifar_resnet20_v1", "--benchmark", "1", "--image-shape", "3,32,32",
             "--num-examples", "8", "--loss", "ce", "--monitor", "10", "--initializer", "xavier",
-            "--kv-store", "local", "--top-k", "2", "--num-classes", "4"] + SHORT
+            "--kv-store", "local", "--top-k", "0", "--num-classes", "4"] + SHORT
     assert script("train_imagenet")(argv) == 0
     out = capsys.readouterr().out
     assert "--loss ce: the softmax cross-entropy loss is logged" in out
     assert "--monitor 10: MXNet's Monitor is not run" in out
+    assert "--top-k 0 (MXNet's example: no top-k report): top-1 only" in out
 
 
 def test_explicit_augmentation_flags_override_the_recipe_only_where_given():
@@ -355,3 +356,14 @@ def test_gluoncv_resume_from_its_own_parameter_file(tmp_path, capsys):
     assert "starting at epoch 1" in out and "Epoch[0]" not in out
     assert script("train_imagenet")(argv[:1] + ["mobilenet0.25"] + argv[2:]) == 2
     assert "does not hold the parameters of --model mobilenet0.25" in error_of(capsys)
+
+
+@pytest.mark.parametrize("name", ["train_imagenet", "fine_tune", "train_cifar10"])
+def test_every_flag_says_its_default_in_help(name):
+    spec = importlib.util.spec_from_file_location(f"help_{name}", os.path.join(SCRIPTS_DIR,
+                                                                               f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    missing = [action.option_strings[0] for action in module.get_args_parser()._actions
+               if action.option_strings[0] != "-h" and "(default: " not in (action.help or "")]
+    assert missing == []

@@ -220,6 +220,9 @@ def resolve_commands(config, fine_tuning=False):
                                                  config.lr_decay_period))
     if config.num_training_samples is not None:
         settings["num_examples"] = config.num_training_samples
+    if config.top_k == 0:  # MXNet example's default: no top-k accuracy
+        settings["top_k"] = 1
+        notes.append("--top-k 0 (MXNet's example: no top-k report): top-1 only")
     precision, note = _precision(config)
     settings.update(precision)
     notes += [note] if note else []

@@ -49,7 +49,7 @@ def add_compat_arguments(parser, d):
         "--temperature and --hard-weight"
     for flag in ("--teacher", "--temperature", "--hard-weight"):
         parser.add_argument(flag, action=Unsupported, reason=distillation,
-                            help="GluonCV's distillation: not supported (an error)")
+                            help="GluonCV's distillation: not supported, an error (default: none)")
     return parser
 
 
