@@ -4,6 +4,7 @@ published, data pointed at small files made here and sizes overridden by appende
 flags are replaced by their CPU equivalents (``--gpus 0`` dropped, ``--num-gpus 0``)."""
 import importlib.util
 import os
+import re
 
 import mxnet as mx
 import numpy as np
@@ -290,12 +291,13 @@ def test_test_io_reads_the_data_and_trains_nothing(rec_files, tmp_path, capsys):
 
 def test_example_flags_that_log_a_note(capsys):
     argv = ["--model", "cifar_resnet20_v1", "--benchmark", "1", "--image-shape", "3,32,32",
-            "--num-examples", "8", "--loss", "ce", "--monitor", "10", "--initializer", "xavier",
+            "--num-examples", "8", "--loss", "ce", "--monitor", "1", "--initializer", "xavier",
             "--kv-store", "local", "--top-k", "0", "--num-classes", "4"] + SHORT
     assert script("train_imagenet")(argv) == 0
     out = capsys.readouterr().out
     assert "--loss ce: the softmax cross-entropy loss is logged" in out
-    assert "--monitor 10: MXNet's Monitor is not run" in out
+    assert "--monitor 1: every 1 batches, the root mean square of every parameter" in out
+    assert re.search(r"Batch:\s+2\s+cifarresnetv10_dense0_weight [0-9.]+", out)
     assert "--top-k 0 (MXNet's example: no top-k report): top-1 only" in out
 
 

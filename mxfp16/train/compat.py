@@ -176,8 +176,8 @@ def _check_compat_flags(config):
 def _notes(config):
     notes = []
     if config.monitor:
-        notes.append(f"--monitor {config.monitor}: MXNet's Monitor is not run; the float16 report "
-                     "(scripts/report.py) shows per-layer values and gradients")
+        notes.append(f"--monitor {config.monitor}: every {config.monitor} batches, the root mean "
+                     "square of every parameter (MXNet Monitor's statistic)")
     if config.loss:
         notes.append(f"--loss {config.loss}: the softmax cross-entropy loss is logged every "
                      "--disp-batches batches")

@@ -117,8 +117,8 @@ def _add_training_flags(group, d):
     group.add_argument("--loss", default=d.loss, help="MXNet example's: ce or nll_loss to log; "
                        "the cross-entropy loss is always logged (default: none)")
     group.add_argument("--monitor", type=int, default=d.monitor,
-                       help=f"MXNet example's Monitor: not run, noted in the log (default: "
-                            f"{d.monitor})")
+                       help="log the root mean square of every parameter every N batches "
+                            f"(MXNet example's Monitor); 0: off (default: {d.monitor})")
     group.add_argument("--gc-type", default=d.gc_type, help="gradient compression: none only; "
                        f"2bit is an error (default: {d.gc_type})")
     group.add_argument("--gc-threshold", type=float, default=d.gc_threshold,

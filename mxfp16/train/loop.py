@@ -27,6 +27,7 @@ from .gluon_api import GluonAPI
 from .logs import EpochMeter, MetricsLog, epoch_line
 from .metrics import Accuracy, make_targets, mixup_data
 from .module_api import ModuleAPI
+from .monitor import ParameterMonitor
 from .schedule import next_learning_rate, optimizer_params
 
 log = logging.getLogger("mxfp16.train")
@@ -277,6 +278,8 @@ def train(config, network=None, metrics_path=None):
              "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
              num_workers, data.description, data.batches_per_epoch, config.batch_size)
     api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start)
+    if config.monitor:  # MXNet example's --monitor N
+        api = ParameterMonitor(api, config.monitor)
     save = checkpoint_saver(config.model_prefix, scaler, config.to_dict()) \
         if config.model_prefix and rank == 0 else None
     with MetricsLog(metrics_path if rank == 0 else None,
