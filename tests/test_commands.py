@@ -369,3 +369,22 @@ def test_every_flag_says_its_default_in_help(name):
     missing = [action.option_strings[0] for action in module.get_args_parser()._actions
                if action.option_strings[0] != "-h" and "(default: " not in (action.help or "")]
     assert missing == []
+
+
+def test_gluoncv_use_pretrained_starts_from_the_zoo_weights(tmp_path, monkeypatch, capsys):
+    from gluoncv.model_zoo import model_store
+
+    from mxfp16.models import get_network, new_network, pretrained_file
+    monkeypatch.delenv("MXNET_HOME", raising=False)
+    net = get_network("mobilenet0.25")  # stands in for the pretrained file: same names and shapes
+    net.initialize(mx.init.Constant(0.01))
+    net(mx.nd.zeros((1, 3, 32, 32)))
+    net.save_parameters(pretrained_file("mobilenet0.25", str(tmp_path)))
+    monkeypatch.setattr(model_store, "check_sha1", lambda path, sha1: True)
+    argv = ["--model", "mobilenet0.25", "--use-pretrained", "--model-root", str(tmp_path),
+            "--benchmark", "1", "--input-size", "32", "--num-examples", "8", "--lr", "1e-9"] + SHORT
+    assert script("train_imagenet")(argv) == 0
+    config = parse("train_imagenet", argv)
+    network = new_network(config.network, config.num_classes, config.image_shape,
+                          **config.network_settings)
+    assert np.allclose(network.arg_params["mobilenet0_conv0_weight"].asnumpy(), 0.01)
