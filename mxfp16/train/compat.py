@@ -122,9 +122,6 @@ def _gluoncv_resume_note(config):
     if not os.path.isfile(config.resume_params):
         raise ValueError(f"--resume-params {config.resume_params} not found: pass a checkpoint "
                          "PREFIX-NNNN.params of mxfp16 or a parameter file GluonCV saved")
-    if not 0 <= config.resume_epoch < config.num_epochs:
-        raise ValueError(f"--resume-epoch {config.resume_epoch} must be in [0, --num-epochs "
-                         f"{config.num_epochs})")
     states = f"; {config.resume_states} is not read (the optimizer state starts afresh)" \
         if config.resume_states else ""
     return (f"--resume-params {config.resume_params}: GluonCV's weights, training continues at "
@@ -167,6 +164,13 @@ def _check_compat_flags(config):
         raise ValueError(f"--use-pretrained starts from the zoo's 1000-class ImageNet weights and "
                          f"--num-classes is {config.num_classes}: use scripts/fine_tune.py for "
                          "another number of classes")
+    for flag, value in (("--monitor", config.monitor), ("--test-io", config.test_io),
+                        ("--lr-decay-period", config.lr_decay_period)):
+        if value < 0:
+            raise ValueError(f"{flag} must be >= 0 (0: off), got {value}")
+    if not 0 <= config.resume_epoch < config.num_epochs:
+        raise ValueError(f"--resume-epoch {config.resume_epoch} must be in [0, --num-epochs "
+                         f"{config.num_epochs})")
     if not 0 < config.crop_ratio <= 1 or config.warmup_lr < 0 or config.mixup_off_epoch < 0:
         raise ValueError(f"need 0 < --crop-ratio <= 1 (e.g. 0.875), --warmup-lr >= 0 and "
                          f"--mixup-off-epoch >= 0, got {config.crop_ratio}, {config.warmup_lr}, "
@@ -229,6 +233,7 @@ def resolve_commands(config, fine_tuning=False):
     files, file_notes = _checkpoints(config, network, fine_tuning)
     settings.update(files)
     resolved = dataclasses.replace(config, **settings)
+    _checked = resolved.augmentation  # raises for an augmentation flag out of range
     return dataclasses.replace(resolved, notes=tuple(notes + file_notes + _notes(resolved)))
 
 
