@@ -18,7 +18,7 @@ def _log_notes(config):
         log.info(note)
 
 
-def test_io(config, metrics_path=None):
+def measure_io(config, metrics_path=None):
     """Read one epoch of training data as MXNet's example ``--test-io 1`` does, logging the speed
     every ``--disp-batches`` batches; nothing is trained.
 
@@ -67,22 +67,22 @@ def gluoncv_network(config):
 
 
 def train_job(config, metrics_path=None):
-    """``scripts/train_imagenet.py``'s job: :func:`mxfp16.train.loop.train`, or :func:`test_io`.
+    """``scripts/train_imagenet.py``'s job: :func:`mxfp16.train.loop.train`, or :func:`measure_io`.
 
     A GluonCV parameter file (``--resume-params`` that is not a checkpoint of mxfp16) gives the
     starting weights; the loop starts at ``--resume-epoch``.
     """
     _log_notes(config)
     if config.test_io:
-        return test_io(config, metrics_path)
+        return measure_io(config, metrics_path)
     network = gluoncv_network(config) if config.resume_params and not config.resume else None
     return train(config, network=network, metrics_path=metrics_path)
 
 
 def fine_tune_job(config, metrics_path=None):
     """``scripts/fine_tune.py``'s job: :func:`mxfp16.train.finetune.fine_tune`, or
-    :func:`test_io`."""
+    :func:`measure_io`."""
     _log_notes(config)
     if config.test_io:
-        return test_io(config, metrics_path)
+        return measure_io(config, metrics_path)
     return fine_tune(config, metrics_path=metrics_path)
