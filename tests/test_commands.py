@@ -130,7 +130,7 @@ def test_train_cifar10_without_its_data_files_says_which_file(tmp_path, monkeypa
     assert "data/cifar10_train.rec" in error_of(capsys)
 
 
-def write_mxnet_zoo_model(folder, name):
+def write_mxnet_zoo_model(folder, name, epoch=0):
     """A tiny float32 MXNet checkpoint shaped like the example zoo's: ... flatten0 -> fc1 ->
     softmax, saved as ``folder/NAME-symbol.json`` and ``folder/NAME-0000.params``."""
     net = mx.sym.Convolution(mx.sym.var("data"), num_filter=8, kernel=(3, 3), pad=(1, 1),
@@ -146,7 +146,7 @@ def write_mxnet_zoo_model(folder, name):
     aux = {name: mx.nd.ones(shape) if "var" in name else mx.nd.zeros(shape)
            for name, shape in zip(net.list_auxiliary_states(), aux_shapes)}
     os.makedirs(folder, exist_ok=True)
-    mx.model.save_checkpoint(os.path.join(folder, name), 0, net, args, aux)
+    mx.model.save_checkpoint(os.path.join(folder, name), epoch, net, args, aux)
 
 
 @pytest.mark.parametrize("layer, head", [(None, "fc1_weight, fc1_bias"),
@@ -388,3 +388,18 @@ def test_gluoncv_use_pretrained_starts_from_the_zoo_weights(tmp_path, monkeypatc
     network = new_network(config.network, config.num_classes, config.image_shape,
                           **config.network_settings)
     assert np.allclose(network.arg_params["mobilenet0_conv0_weight"].asnumpy(), 0.01)
+
+
+def test_example_load_epoch_continues_from_an_mxnet_example_checkpoint(tmp_path, capsys):
+    write_mxnet_zoo_model(str(tmp_path), "resnet", epoch=2)  # as MXNet's fit saves: resnet-0002.*
+    argv = ["--network", "resnet-v1", "--num-layers", "20", "--model-prefix",
+            str(tmp_path / "resnet"), "--load-epoch", "2", "--num-epochs", "3", "--benchmark", "1",
+            "--image-shape", "3,32,32", "--num-examples", "8", "--batch-size", "4",
+            "--top-k", "2"]
+    assert script("train_imagenet")(argv + ["--num-classes", "4"]) == 2
+    assert "has 10 classes: pass --num-classes 10" in error_of(capsys)
+    assert script("train_imagenet")(argv + ["--num-classes", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "the weights of MXNet's checkpoint" in out and "starting at epoch 2" in out
+    symbol, arg_params, _ = mx.model.load_checkpoint(str(tmp_path / "resnet"), 3)
+    assert "fc1_weight" in arg_params

@@ -111,10 +111,29 @@ def _checkpoints(config, network, fine_tuning):
         if not prefix:
             raise ValueError(f"--load-epoch {config.load_epoch} loads the checkpoint of "
                              "--model-prefix at that epoch: pass --model-prefix too")
-        settings["resume"] = f"{prefix}-{config.load_epoch:04d}"
-        notes.append(f"--model-prefix {prefix} --load-epoch {config.load_epoch}: resuming "
-                     f"{settings['resume']}")
+        stem = f"{prefix}-{config.load_epoch:04d}"
+        if os.path.isfile(stem + ".json") or not os.path.isfile(stem + ".params"):
+            settings["resume"] = stem
+            notes.append(f"--model-prefix {prefix} --load-epoch {config.load_epoch}: resuming "
+                         f"{stem}")
+        else:  # a checkpoint of MXNet's example: its weights, from epoch --load-epoch on
+            if config.load_epoch >= config.num_epochs:
+                raise ValueError(f"--load-epoch {config.load_epoch} leaves no epoch of "
+                                 f"--num-epochs {config.num_epochs}: raise --num-epochs")
+            settings["resume_epoch"] = config.load_epoch
+            notes.append(f"--model-prefix {prefix} --load-epoch {config.load_epoch}: the weights "
+                         f"of MXNet's checkpoint {stem}, training continues at epoch "
+                         f"{config.load_epoch} with a fresh optimizer state (as MXNet's fit does)")
     return settings, notes
+
+
+def mxnet_checkpoint_start(config):
+    """``(prefix, epoch)`` of the MXNet example's checkpoint a train_imagenet.py run starts from
+    (``--model-prefix`` + ``--load-epoch``, no checkpoint of mxfp16 there), else None."""
+    if config.load_epoch is None or config.resume or not config.model_prefix or \
+            hasattr(config, "pretrained_model"):
+        return None
+    return config.model_prefix, config.load_epoch
 
 
 def _gluoncv_resume_note(config):

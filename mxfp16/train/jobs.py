@@ -7,7 +7,8 @@ import mxnet as mx
 
 from ..models import block_to_network, get_network
 from .data import load_data
-from .finetune import fine_tune
+from .compat import mxnet_checkpoint_start
+from .finetune import checkpoint_network, fine_tune
 from .loop import _data_settings, train
 
 log = logging.getLogger("mxfp16.train")
@@ -69,13 +70,23 @@ def gluoncv_network(config):
 def train_job(config, metrics_path=None):
     """``scripts/train_imagenet.py``'s job: :func:`mxfp16.train.loop.train`, or :func:`measure_io`.
 
-    A GluonCV parameter file (``--resume-params`` that is not a checkpoint of mxfp16) gives the
-    starting weights; the loop starts at ``--resume-epoch``.
+    A GluonCV parameter file (``--resume-params`` that is not a checkpoint of mxfp16), or a
+    checkpoint of MXNet's example (``--model-prefix`` + ``--load-epoch`` without mxfp16's JSON
+    file) gives the starting weights; the loop starts at that epoch.
     """
     _log_notes(config)
     if config.test_io:
         return measure_io(config, metrics_path)
-    network = gluoncv_network(config) if config.resume_params and not config.resume else None
+    network = None
+    if config.resume_params and not config.resume:
+        network = gluoncv_network(config)
+    elif mxnet_checkpoint_start(config):
+        network = checkpoint_network(*mxnet_checkpoint_start(config))
+        outputs = network.symbol.infer_shape(data=(1,) + tuple(config.image_shape))[1][0]
+        if outputs != (1, config.num_classes):
+            raise ValueError(f"the checkpoint of --model-prefix {config.model_prefix} --load-epoch "
+                             f"{config.load_epoch} has {outputs[-1]} classes: pass --num-classes "
+                             f"{outputs[-1]}")
     return train(config, network=network, metrics_path=metrics_path)
 
 
