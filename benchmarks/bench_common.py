@@ -80,6 +80,19 @@ def parse_image_shape(text):
     return shape
 
 
+def parse_dtypes(text, choices):
+    """A comma-separated ``--dtypes`` value as a tuple, or ``ValueError`` naming the unknown ones.
+
+    >>> parse_dtypes("float32, bfloat16", ("float32", "float16", "bfloat16"))
+    ('float32', 'bfloat16')
+    """
+    dtypes = tuple(d.strip() for d in text.split(",") if d.strip())
+    unknown = [d for d in dtypes if d not in choices]
+    if unknown or not dtypes:
+        raise ValueError(f"--dtypes: unknown dtype(s) {unknown}; choose among {', '.join(choices)}")
+    return dtypes
+
+
 def mean_std(values):
     """Mean and sample standard deviation (0 for a single value)."""
     values = [float(v) for v in values]

@@ -32,8 +32,8 @@ from mxnet import autograd, gluon
 
 import mxfp16
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, parse_image_shape, publish,
-                          require_positive)
+                          markdown_table, parse_config, parse_dtypes, parse_image_shape,
+                          publish, require_positive)
 from mxfp16.models import get_network
 
 NAME = "train_throughput"
@@ -169,10 +169,7 @@ def make_config(args):
     require_positive(args, ("batch_size", "num_classes", "steps", "script_timeout"))
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
-    args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
-    unknown = [d for d in args.dtypes if d not in DTYPES]
-    if unknown or not args.dtypes:
-        raise ValueError(f"--dtypes: unknown dtype(s) {unknown}; choose among {', '.join(DTYPES)}")
+    args.dtypes = parse_dtypes(args.dtypes, DTYPES)
     args.image_shape = parse_image_shape(args.image_shape)
     return args
 

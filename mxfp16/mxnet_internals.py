@@ -87,13 +87,6 @@ def current_module(module):
     return getattr(module, "_curr_module", module)
 
 
-def module_grad_arrays(module):
-    """A Module's parameter gradients on every device (``_exec_group.grad_arrays``), the arrays its
-    own ``update()`` reads; None entries (``grad_req='null'``) left out."""
-    current = current_module(module)
-    return [g for grads in current._exec_group.grad_arrays for g in grads if g is not None]
-
-
 def module_grads_per_param(module):
     """A Module's parameter gradients as ``[[param0 on dev0, on dev1, ...], ...]``
     (``_exec_group.grad_arrays``), the arrays its kvstore sums over devices in ``update()``;

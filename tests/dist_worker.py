@@ -65,6 +65,8 @@ def train(net, trainer, scaler, x, y, kv, record):
             record["local_grads"].append(weight.grad().asnumpy().copy())
         if not scaler.step(trainer, batch_size=BATCH_SIZE * kv.num_workers):
             record["skipped"].append(step)
+        if step == 0:
+            record["start_scale"] = scaler.loss_scale
         if step in GRAD_STEPS:
             record["aggregated_grads"].append(weight.grad().asnumpy().copy())
         record["losses"].append(float(loss.mean().asscalar()))
@@ -78,7 +80,8 @@ def main(out_dir):
     trainer = mxfp16.make_trainer(net.collect_params(), "sgd", "float16", kvstore=kv,
                                   learning_rate=0.5, momentum=0.9)
     kvstore.sync_initial_weights(trainer)
-    scaler = mxfp16.DynamicLossScaler(init_scale=2.0 ** 8, growth_interval=10)
+    # The start measured from the first step's gradients, summed over the workers.
+    scaler = mxfp16.DynamicLossScaler(init_scale="auto", growth_interval=10)
     record = {"losses": [], "skipped": [], "local_grads": [], "aggregated_grads": []}
     train(net, trainer, scaler, shard_x, shard_y, kv, record)
     accuracy = float((net(mx.nd.array(x)).asnumpy().argmax(axis=1) == y).mean())
@@ -87,7 +90,7 @@ def main(out_dir):
     np.savez(f"{out_dir}/worker-{kv.rank}.npz", losses=record["losses"], skipped=record["skipped"],
              local_grads=record["local_grads"], aggregated_grads=record["aggregated_grads"],
              accuracy=accuracy, rank=kv.rank, num_workers=kv.num_workers,
-             loss_scale=scaler.loss_scale, **params)
+             loss_scale=scaler.loss_scale, start_scale=record["start_scale"], **params)
     return 0
 
 

@@ -110,6 +110,14 @@ def test_inf_in_one_workers_batch_makes_every_worker_skip(trained):
     assert first["loss_scale"] == second["loss_scale"]
 
 
+def test_every_worker_measures_the_same_auto_start(trained):
+    first, second = trained
+    assert 0 not in first["skipped"].tolist()  # the measuring step updates
+    start = float(first["start_scale"])
+    assert start == float(second["start_scale"]) and start > 1
+    assert start == 2.0 ** round(np.log2(start))  # a power of two
+
+
 def test_workers_end_with_identical_float16_weights(trained):
     # The workers initialise differently (dist_worker.make_net): equal weights need the Trainer's
     # broadcast of rank 0's weights as well as identical updates.
@@ -230,7 +238,7 @@ def test_train_imagenet_runs_as_a_two_worker_float16_job(launch_main, tmp_path, 
     code = launch_main(["-n", "2", "-s", "1", "--timeout", str(JOB_TIMEOUT), "--log-dir",
                         str(tmp_path / "logs"), "--env", "OMP_NUM_THREADS:1", "--",
                         sys.executable, TRAIN_IMAGENET, "--kv-store", "dist_sync", "--api", api,
-                        "--dtype", "float16", "--loss-scale", "128", "--benchmark", "1",
+                        "--dtype", "float16", "--loss-scale", "dynamic", "--benchmark", "1",
                         "--network", "cifar_resnet20_v1", "--num-classes", "4",
                         "--image-shape", "3,16,16", "--batch-size", "4", "--num-examples", "32",
                         "--num-epochs", "1", "--max-batches", "3"])

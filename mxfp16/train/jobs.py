@@ -9,7 +9,7 @@ from ..models import block_to_network, get_network
 from .data import load_data
 from .compat import mxnet_checkpoint_start
 from .finetune import checkpoint_network, fine_tune
-from .loop import _data_settings, train
+from .loop import data_settings, train
 
 log = logging.getLogger("mxfp16.train")
 
@@ -28,7 +28,7 @@ def measure_io(config, metrics_path=None):
     dict
         ``epoch`` (0), ``batches`` and ``img_per_sec`` (for the summary line).
     """
-    data = load_data(**_data_settings(config))
+    data = load_data(**data_settings(config))
     data.train.reset()
     start = tic = time.time()
     batches = 0

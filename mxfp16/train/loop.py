@@ -264,7 +264,7 @@ def train(config, network=None, metrics_path=None):
     kvstore, rank, num_workers = make_kvstore(config.kv_store)
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)
-    data = load_data(**_data_settings(config), num_parts=num_workers, part_index=rank)
+    data = load_data(**data_settings(config), num_parts=num_workers, part_index=rank)
     if network is None:
         network = new_network(config.network, config.num_classes, config.image_shape,
                               **config.network_settings)
@@ -289,7 +289,9 @@ def train(config, network=None, metrics_path=None):
                    save_period=config.save_period, metrics_log=metrics_log, save=save)
 
 
-def _data_settings(config):
+def data_settings(config):
+    """The keyword arguments of :func:`mxfp16.train.data.load_data` a config sets (all but the
+    worker's shard)."""
     return dict(batch_size=config.batch_size, image_shape=tuple(config.image_shape),
                 num_classes=config.num_classes, data_train=config.data_train,
                 data_train_idx=config.data_train_idx, data_val=config.data_val,
