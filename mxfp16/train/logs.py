@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import mxnet as mx
 from tqdm import tqdm
@@ -37,6 +38,9 @@ class _ConsoleHandler(logging.Handler):
 @contextlib.contextmanager
 def run_logging(log_file=None, level=logging.INFO):
     """Log mxfp16's messages to stdout and to ``log_file`` for the duration of a ``with`` block.
+
+    Python warnings raised meanwhile (MXNet's, or mxfp16's one-time overflow warning) become one
+    ``WARNING`` line of the log too, so a long run's log file keeps them.
 
     Parameters
     ----------
@@ -72,13 +76,21 @@ def run_logging(log_file=None, level=logging.INFO):
         logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+    saved_showwarning = warnings.showwarning
+    warnings.showwarning = _log_warning
     try:
         yield log
     finally:
+        warnings.showwarning = saved_showwarning
         for handler in handlers:
             logger.removeHandler(handler)
             handler.close()
         logger.level, logger.propagate = saved
+
+
+def _log_warning(message, category, filename, lineno, file=None, line=None):
+    """``warnings.showwarning`` during a run: the warning as one log line."""
+    log.warning("%s: %s", category.__name__, " ".join(str(message).split()))
 
 
 class MetricsLog:
