@@ -130,3 +130,12 @@ def align_update_counts(optimizer, device_ids):
     reference = max(counts.values(), key=lambda c: (len(c), sum(c.values())))
     optimizer._all_index_update_counts = {device: dict(reference) for device in device_ids}
     optimizer._index_update_count = optimizer._all_index_update_counts[device_ids[0]]
+
+
+def restart_update_counts(optimizer, num_update):
+    """Count the optimizer's updates from ``num_update`` again, for every parameter and device
+    (``begin_num_update``, ``num_update``, ``_all_index_update_counts``, ``_index_update_count``):
+    an optimizer state of another run (GluonCV's) keeps its momenta, not its position."""
+    optimizer.begin_num_update = optimizer.num_update = num_update
+    optimizer._all_index_update_counts = {0: {}}
+    optimizer._index_update_count = optimizer._all_index_update_counts[0]

@@ -315,11 +315,13 @@ def check_fits(params, expected, source, hint):
 
 @dataclasses.dataclass(frozen=True)
 class StartPoint:
-    """Where a run starts: the first epoch, the updates done before it and the optimizer state."""
+    """Where a run starts: the first epoch, the updates done before it and the optimizer state
+    (``states_order``: the parameter names in the order of a GluonCV ``.states`` file)."""
 
     begin_epoch: int = 0
     num_update: int = 0
     states_path: str = None
+    states_order: tuple = None
 
 
 def resume_checkpoint(spec, network, *, api, dtype, optimizer):

@@ -7,13 +7,17 @@ is ``--image-shape``, ``--lr-decay-period`` the step epochs, ``--save-dir`` the 
 :func:`resolve_commands` turns those flags into the config's own settings once, when the config is
 checked, and records a note for the log of each translation.
 """
+import contextlib
 import dataclasses
+import logging
 import os
 
 import mxnet as mx
 
 from ..models import resolve_network_name
 from .data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
+
+log = logging.getLogger("mxfp16.train")
 
 #: ``--mode`` values: GluonCV's (``symbolic`` trains as ``hybrid``, as GluonCV's script does).
 MODES = ("hybrid", "imperative", "symbolic")
@@ -137,12 +141,19 @@ def mxnet_checkpoint_start(config):
 
 
 def _gluoncv_resume_note(config):
-    """GluonCV's own parameter file: its weights, and the run continues at ``--resume-epoch``."""
-    if not os.path.isfile(config.resume_params):
-        raise ValueError(f"--resume-params {config.resume_params} not found: pass a checkpoint "
-                         "PREFIX-NNNN.params of mxfp16 or a parameter file GluonCV saved")
-    states = f"; {config.resume_states} is not read (the optimizer state starts afresh)" \
-        if config.resume_states else ""
+    """GluonCV's own files: its weights and optimizer state, the run continues at
+    ``--resume-epoch``."""
+    for flag, path in (("--resume-params", config.resume_params),
+                       ("--resume-states", config.resume_states)):
+        if path and not os.path.isfile(path):
+            raise ValueError(f"{flag} {path} not found: pass a checkpoint PREFIX-NNNN.params of "
+                             "mxfp16 or the files GluonCV saved (net.save_parameters, "
+                             "trainer.save_states)")
+    if config.resume_states and config.api != "gluon":
+        raise ValueError(f"--resume-states {config.resume_states} is a gluon.Trainer state: "
+                         "resume it with --api gluon (GluonCV's API)")
+    states = f"; the optimizer state of {config.resume_states} (momenta; float32 master weights " \
+        "in float16)" if config.resume_states else "; the optimizer state starts afresh"
     return (f"--resume-params {config.resume_params}: GluonCV's weights, training continues at "
             f"epoch {config.resume_epoch} (--resume-epoch){states}")
 
@@ -190,10 +201,55 @@ def _check_compat_flags(config):
     if not 0 <= config.resume_epoch < config.num_epochs:
         raise ValueError(f"--resume-epoch {config.resume_epoch} must be in [0, --num-epochs "
                          f"{config.num_epochs})")
+    _check_example_fit_flags(config)
     if not 0 < config.crop_ratio <= 1 or config.warmup_lr < 0 or config.mixup_off_epoch < 0:
         raise ValueError(f"need 0 < --crop-ratio <= 1 (e.g. 0.875), --warmup-lr >= 0 and "
                          f"--mixup-off-epoch >= 0, got {config.crop_ratio}, {config.warmup_lr}, "
                          f"{config.mixup_off_epoch}")
+
+
+def _check_example_fit_flags(config):
+    """The flags of the example's fit.py and data.py that mxfp16 cannot honour: one error each."""
+    if config.warmup_strategy != "linear":
+        raise ValueError(f"--warmup-strategy {config.warmup_strategy!r} is not supported: "
+                         "mxfp16's warm-up (--warmup-epochs, from --warmup-lr) is linear; "
+                         "pass --warmup-strategy linear or leave it out")
+    for flag, value in (("--num-data-workers", config.num_data_workers),
+                        ("--macrobatch-size", config.macrobatch_size)):
+        if value is not None and value < 0:
+            raise ValueError(f"{flag} must be >= 0, got {value}")
+    if config.optimizer == "lbsgd" and config.macrobatch_size > config.batch_size:
+        raise ValueError(f"--macrobatch-size {config.macrobatch_size} asks lbsgd to accumulate "
+                         f"gradients over several batches of {config.batch_size}, which mxfp16 "
+                         f"does not do: pass --batch-size {config.macrobatch_size} (split over "
+                         "the devices) or more workers")
+    if config.profile_server_suffix:
+        raise ValueError(f"--profile-server-suffix {config.profile_server_suffix}: mxfp16 does "
+                         "not profile the kvstore servers; pass --profile-worker-suffix FILE to "
+                         "profile the training on the workers")
+
+
+def _example_fit_notes(config):
+    notes = []
+    if config.macrobatch_size and config.optimizer != "lbsgd":
+        notes.append(f"--macrobatch-size {config.macrobatch_size}: read by MXNet's lbsgd only; "
+                     f"--optimizer {config.optimizer} ignores it, as in MXNet")
+    if config.use_imagenet_data_augmentation:
+        notes.append("--use-imagenet-data-augmentation 1: the ImageNet recipe (random resized "
+                     "crop, mirror, colour jitter), train_imagenet.py's default already")
+    if config.use_python_iter:
+        notes.append("--use-python-iter 1: the .rec files are read by ImageRecordIter (the same "
+                     "images and augmentation, decoded in C++)")
+    if config.use_gpu_augmenter:
+        notes.append("--use-gpu-augmenter 1: the augmentation runs on the CPU")
+    if config.profile_worker_suffix:
+        notes.append(f"--profile-worker-suffix {config.profile_worker_suffix}: MXNet profiler's "
+                     "trace of the training (chrome://tracing)")
+    if config.num_data_workers is not None:
+        notes.append(f"-j {config.num_data_workers}: {config.data_nthreads} decoding threads "
+                     f"for .rec files, {config.num_data_workers} worker processes for an image "
+                     "folder")
+    return notes
 
 
 def _notes(config):
@@ -208,9 +264,10 @@ def _notes(config):
         notes.append(f"--use-se applies to resnext networks (GluonCV's rule): {config.network} "
                      "is built without it")
     if config.num_training_samples is not None and not config.synthetic:
-        notes.append(f"--num-training-samples {config.num_training_samples}: the epoch length "
-                     "comes from the training data")
-    return notes
+        notes.append(f"--num-training-samples {config.num_training_samples}: the lr schedule's "
+                     f"epoch is {config.num_training_samples} // --batch-size batches "
+                     "(GluonCV's num_batches); each epoch trains on all the data's images")
+    return notes + _example_fit_notes(config)
 
 
 def resolve_commands(config, fine_tuning=False):
@@ -243,6 +300,8 @@ def resolve_commands(config, fine_tuning=False):
                                                  config.lr_decay_period))
     if config.num_training_samples is not None:
         settings["num_examples"] = config.num_training_samples
+    if config.num_data_workers is not None:  # GluonCV's -j: threads for .rec files too
+        settings["data_nthreads"] = max(config.num_data_workers, 1)
     if config.top_k == 0:  # MXNet example's default: no top-k accuracy
         settings["top_k"] = 1
         notes.append("--top-k 0 (MXNet's example: no top-k report): top-1 only")
@@ -271,3 +330,21 @@ def network_settings(config):
     if config.use_se and config.network.startswith("resnext"):
         settings["use_se"] = True
     return settings
+
+
+@contextlib.contextmanager
+def worker_profile(suffix, rank, num_workers):
+    """MXNet example's ``--profile-worker-suffix FILE``: MXNet's profiler records the training into
+    ``FILE`` (``rank{rank}_FILE`` with several workers); no file without ``suffix``."""
+    if not suffix:
+        yield
+        return
+    filename = suffix if num_workers == 1 else f"rank{rank}_{suffix}"
+    mx.profiler.set_config(filename=filename, profile_all=True, profile_process="worker")
+    mx.profiler.set_state("run")
+    try:
+        yield
+    finally:
+        mx.profiler.set_state("stop")
+        mx.profiler.dump()
+        log.info("profile of the training written to %s", filename)

@@ -115,6 +115,14 @@ class TrainConfig:
     test_io: int = 0
     gc_type: str = "none"
     gc_threshold: float = 0.5
+    num_data_workers: int = None
+    macrobatch_size: int = 0
+    warmup_strategy: str = "linear"
+    profile_worker_suffix: str = ""
+    profile_server_suffix: str = ""
+    use_imagenet_data_augmentation: int = 0
+    use_python_iter: int = 0
+    use_gpu_augmenter: int = 0
     notes: tuple = ()
     # The example's augmentation flags: None keeps the recipe's value (see ``augmentation``).
     random_crop: int = None

@@ -88,9 +88,12 @@ def _add_data_arguments(parser, d):
                        help=f"1: synthetic data whatever the data flags (default: {d.benchmark})")
     group.add_argument("--num-examples", type=int, default=d.num_examples,
                        help=f"images per epoch of synthetic data (default: {d.num_examples})")
-    group.add_argument("--data-nthreads", "-j", "--num-data-workers", type=int,
-                       default=d.data_nthreads, help="decoding threads for .rec files (GluonCV: "
-                       f"-j); image folders decode in the training process (default: {d.data_nthreads})")
+    group.add_argument("--data-nthreads", type=int, default=d.data_nthreads,
+                       help=f"decoding threads for .rec files (default: {d.data_nthreads})")
+    group.add_argument("-j", "--num-data-workers", type=int, default=d.num_data_workers,
+                       help="GluonCV's: N decoding threads for .rec files and N worker processes "
+                            "decoding an image folder (0: in the training process) (default: "
+                            "--data-nthreads for .rec files, 0 for folders)")
     group.add_argument("--batch-size", type=int, default=d.batch_size,
                        help=f"images per step on each worker (default: {d.batch_size})")
 

@@ -85,8 +85,9 @@ def _add_training_flags(group, d):
     group.add_argument("--use-rec", action="store_true", help="GluonCV's: read --rec-train/"
                        "--rec-val (default: off; on with --rec-train)")
     group.add_argument("--num-training-samples", type=int, default=d.num_training_samples,
-                       help="GluonCV's: images per epoch; sets --num-examples of synthetic data, "
-                            "real data counts its own (default: none)")
+                       help="GluonCV's: images per epoch of the lr schedule (N // --batch-size "
+                            "batches); the epoch's batches come from the data, and synthetic data "
+                            "has N images (default: none, the data's own count)")
     group.add_argument("--lr-decay-period", type=int, default=d.lr_decay_period,
                        help="GluonCV's: decay the lr every N epochs, replacing --lr-step-epochs; "
                             f"0: off (default: {d.lr_decay_period})")
@@ -104,10 +105,13 @@ def _add_training_flags(group, d):
                             "epoch (MXNet's example); fine_tune.py: the epoch of "
                             "--pretrained-model (default: none)")
     group.add_argument("--resume-params", default=d.resume_params,
-                       help="GluonCV's: resume the checkpoint PREFIX-NNNN.params (default: none)")
+                       help="GluonCV's: resume the checkpoint PREFIX-NNNN.params of mxfp16, or "
+                            "start from a parameter file GluonCV saved (default: none)")
     group.add_argument("--resume-states", default=d.resume_states,
-                       help="GluonCV's: its optimizer state, PREFIX-NNNN.states (default: the "
-                            "checkpoint's)")
+                       help="GluonCV's: the optimizer state, PREFIX-NNNN.states, or the "
+                            "trainer.save_states file of GluonCV's run (momenta restored, "
+                            "float16 master weights added) (default: the checkpoint's; none for "
+                            "a GluonCV file)")
     group.add_argument("--resume-epoch", type=int, default=d.resume_epoch,
                        help="GluonCV's: the epoch to resume at; must be the checkpoint's NNNN "
                             f"(default: {d.resume_epoch}, the checkpoint's)")
@@ -123,6 +127,34 @@ def _add_training_flags(group, d):
                        f"2bit is an error (default: {d.gc_type})")
     group.add_argument("--gc-threshold", type=float, default=d.gc_threshold,
                        help=f"2bit gradient compression threshold (default: {d.gc_threshold})")
+    _add_example_fit_flags(group, d)
+
+
+def _add_example_fit_flags(group, d):
+    """Flags of the example's common/fit.py and common/data.py with no flag of mxfp16's own."""
+    group.add_argument("--warmup-strategy", default=d.warmup_strategy,
+                       help="MXNet example's: linear only, the --warmup-epochs warm-up; its "
+                            f"LBSGD strategies are an error (default: {d.warmup_strategy})")
+    group.add_argument("--macrobatch-size", type=int, default=d.macrobatch_size,
+                       help="MXNet example's lbsgd: effective batch; larger than the batch of "
+                            "all workers is an error (no gradient accumulation), ignored by the "
+                            f"other optimizers as in MXNet (default: {d.macrobatch_size})")
+    group.add_argument("--profile-worker-suffix", default=d.profile_worker_suffix,
+                       help="MXNet profiler's trace of the training into this file (rankN_FILE "
+                            "with several workers) (default: none)")
+    group.add_argument("--profile-server-suffix", default=d.profile_server_suffix,
+                       help="profiling the kvstore servers: not supported, an error; use "
+                            "--profile-worker-suffix (default: none)")
+    group.add_argument("--use-imagenet-data-augmentation", type=int,
+                       default=d.use_imagenet_data_augmentation,
+                       help="1: the ImageNet augmentation, train_imagenet.py's recipe already "
+                            f"(default: {d.use_imagenet_data_augmentation})")
+    group.add_argument("--use-python-iter", type=int, default=d.use_python_iter,
+                       help="1: MXNet reads .rec files in Python; mxfp16 reads the same images "
+                            f"with ImageRecordIter (noted) (default: {d.use_python_iter})")
+    group.add_argument("--use-gpu-augmenter", type=int, default=d.use_gpu_augmenter,
+                       help="1: MXNet augments on the GPUs; mxfp16 augments on the CPU (noted) "
+                            f"(default: {d.use_gpu_augmenter})")
 
 
 #: (flag, type, help) of the augmentation flags; the default is the recipe's value.

@@ -48,7 +48,8 @@ def measure_io(config, metrics_path=None):
 
 def gluoncv_network(config):
     """The network of ``--model`` with the weights of a parameter file GluonCV saved
-    (``net.save_parameters``, GluonCV's ``--resume-params``).
+    (``net.save_parameters``, GluonCV's ``--resume-params``), and its parameter names in the
+    order of GluonCV's ``gluon.Trainer(net.collect_params(), ...)`` (its ``.states`` keys).
 
     Raises
     ------
@@ -64,7 +65,7 @@ def gluoncv_network(config):
         raise ValueError(f"--resume-params {config.resume_params} does not hold the parameters of "
                          f"--model {config.network} with --num-classes {config.num_classes} "
                          f"({reason}): pass the --model it was trained with") from None
-    return block_to_network(block)
+    return block_to_network(block), tuple(sorted(block.collect_params().keys()))
 
 
 def train_job(config, metrics_path=None):
@@ -77,9 +78,9 @@ def train_job(config, metrics_path=None):
     _log_notes(config)
     if config.test_io:
         return measure_io(config, metrics_path)
-    network = None
+    network, states_order = None, None
     if config.resume_params and not config.resume:
-        network = gluoncv_network(config)
+        network, states_order = gluoncv_network(config)
     elif mxnet_checkpoint_start(config):
         network = checkpoint_network(*mxnet_checkpoint_start(config))
         outputs = network.symbol.infer_shape(data=(1,) + tuple(config.image_shape))[1][0]
@@ -87,7 +88,7 @@ def train_job(config, metrics_path=None):
             raise ValueError(f"the checkpoint of --model-prefix {config.model_prefix} --load-epoch "
                              f"{config.load_epoch} has {outputs[-1]} classes: pass --num-classes "
                              f"{outputs[-1]}")
-    return train(config, network=network, metrics_path=metrics_path)
+    return train(config, network=network, metrics_path=metrics_path, states_order=states_order)
 
 
 def fine_tune_job(config, metrics_path=None):

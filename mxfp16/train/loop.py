@@ -21,9 +21,11 @@ from ..kvstore import make_kvstore
 from ..loss_scaling import make_loss_scaler
 from ..models import new_network
 from .checkpoint import StartPoint, resume_run, save_checkpoint
+from .compat import worker_profile
 from .config import contexts
 from .data import load_data
 from .gluon_api import GluonAPI
+from .gluoncv_states import load_gluoncv_states
 from .logs import EpochMeter, MetricsLog, epoch_line
 from .metrics import Accuracy, make_targets, mixup_data
 from .module_api import ModuleAPI
@@ -205,20 +207,32 @@ def _warn_batch_size(batch_size, dtype):
                     "multiples of 8", batch_size)
 
 
-def _make_api(config, network, scaler, data, *, ctx, kvstore, start):
+def schedule_batches(config, data, num_workers=1):
+    """Batches per epoch of the lr schedule: GluonCV's ``--num-training-samples // batch`` when
+    given with real data (the batch of all workers), else the data's own epoch."""
+    if config.num_training_samples is None or config.synthetic:
+        return data.batches_per_epoch
+    return max(config.num_training_samples // (config.batch_size * num_workers), 1)
+
+
+def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
     """The :class:`GluonAPI` or :class:`ModuleAPI` of ``config.api``, its optimizer positioned at
-    ``start``."""
+    ``start`` of a schedule of ``per_epoch`` batches per epoch."""
     params = optimizer_params(
         optimizer=config.optimizer, lr=config.lr, mom=config.mom, wd=config.wd,
         lr_mode=config.lr_mode, lr_step_epochs=config.lr_step_epochs, lr_factor=config.lr_factor,
         warmup_epochs=config.warmup_epochs, num_epochs=config.num_epochs,
-        batches_per_epoch=data.batches_per_epoch, num_update=start.num_update,
-        warmup_lr=config.warmup_lr)
+        batches_per_epoch=per_epoch, num_update=start.num_update, warmup_lr=config.warmup_lr)
+    gluoncv_states = start.states_path if start.states_order else None
     common = dict(ctx=ctx, dtype=config.dtype, kvstore=kvstore, optimizer=config.optimizer,
                   optimizer_params=params, soft_targets=bool(config.label_smoothing or config.mixup),
-                  no_wd=config.no_wd, states_path=start.states_path)
+                  no_wd=config.no_wd, states_path=None if gluoncv_states else start.states_path)
     if config.api == "gluon":
-        return GluonAPI(network, scaler, hybridize=config.mode != "imperative", **common)
+        api = GluonAPI(network, scaler, hybridize=config.mode != "imperative", **common)
+        if gluoncv_states:
+            load_gluoncv_states(api.trainer, gluoncv_states, start.states_order,
+                                dtype=config.dtype, master_values=network.arg_params)
+        return api
     return ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
                      num_classes=config.num_classes, **common)
 
@@ -231,7 +245,7 @@ def _epoch_settings(config, num_workers):
                 mixup_until=config.num_epochs - config.mixup_off_epoch)
 
 
-def train(config, network=None, metrics_path=None):
+def train(config, network=None, metrics_path=None, states_order=None):
     """Run the training a checked :class:`~mxfp16.train.config.TrainConfig` describes.
 
     Parameters
@@ -242,6 +256,8 @@ def train(config, network=None, metrics_path=None):
         The float32 network to train (fine-tuning builds one); default: a new ``config.network``.
     metrics_path : str, optional
         ``metrics.jsonl`` to append the records to: a ``start`` record, then one per epoch.
+    states_order : tuple of str, optional
+        GluonCV's ``--resume-states``: the parameter names in the file's order.
 
     Returns
     -------
@@ -271,19 +287,27 @@ def train(config, network=None, metrics_path=None):
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
                                 optimizer=config.optimizer, num_epochs=config.num_epochs,
                                 model_prefix=config.model_prefix)
-    if not config.resume and config.resume_epoch:  # GluonCV's --resume-epoch with its weights
-        start = StartPoint(config.resume_epoch, config.resume_epoch * data.batches_per_epoch)
+    per_epoch = schedule_batches(config, data, num_workers)
+    # GluonCV's files and --resume-epoch, or the epoch of an MXNet example's checkpoint
+    if not config.resume and (config.resume_epoch or config.resume_params):
+        start = StartPoint(config.resume_epoch, config.resume_epoch * per_epoch,
+                           config.resume_states, states_order)
     _warn_batch_size(config.batch_size, config.dtype)
     log.info("training %s in %s with the %s API on %s (%d worker(s)): %s, %d batches of %d "
              "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
              num_workers, data.description, data.batches_per_epoch, config.batch_size)
-    api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start)
+    if per_epoch != data.batches_per_epoch:
+        log.info("lr schedule: %d batches per epoch (--num-training-samples %d // batch %d)",
+                 per_epoch, config.num_training_samples, config.batch_size * num_workers)
+    api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start,
+                    per_epoch=per_epoch)
     if config.monitor:  # MXNet example's --monitor N
         api = ParameterMonitor(api, config.monitor)
     save = checkpoint_saver(config.model_prefix, scaler, config.to_dict()) \
         if config.model_prefix and rank == 0 else None
     with MetricsLog(metrics_path if rank == 0 else None,
-                    config.tensorboard if rank == 0 else None) as metrics_log:
+                    config.tensorboard if rank == 0 else None) as metrics_log, \
+            worker_profile(config.profile_worker_suffix, rank, num_workers):
         return fit(api, data, begin_epoch=start.begin_epoch, num_epochs=config.num_epochs,
                    epoch_settings=_epoch_settings(config, num_workers), top_k=config.top_k,
                    save_period=config.save_period, metrics_log=metrics_log, save=save)
@@ -299,4 +323,5 @@ def data_settings(config):
                 val_fraction=config.val_fraction, synthetic=config.synthetic,
                 num_examples=config.num_examples, num_threads=config.data_nthreads,
                 seed=config.seed, max_batches=config.max_batches,
-                augmentation=config.augmentation, crop_ratio=config.crop_ratio)
+                augmentation=config.augmentation, crop_ratio=config.crop_ratio,
+                num_workers=config.num_data_workers or 0)

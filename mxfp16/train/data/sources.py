@@ -26,7 +26,7 @@ class TrainData:
 def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_train_idx=None,
               data_val=None, data_val_idx=None, data_dir=None, val_fraction=0.2, synthetic=False,
               num_examples=1281167, num_threads=4, num_parts=1, part_index=0, seed=0,
-              max_batches=0, augmentation=None, crop_ratio=CROP_RATIO):
+              max_batches=0, augmentation=None, crop_ratio=CROP_RATIO, num_workers=0):
     """The training and validation data chosen by the data flags.
 
     RecordIO files (``data_train``, ``data_val``) are read by ``ImageRecordIter`` with the ImageNet
@@ -35,7 +35,8 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
     ``num_examples // batch_size`` times, validated on that same batch.  Every label is checked to
     be in ``[0, num_classes)``.  ``augmentation`` (an
     :class:`~mxfp16.train.data.augmentation.Augmentation`, default: the ImageNet recipe) and
-    ``crop_ratio`` (validation centre crop) apply to files and folders alike.
+    ``crop_ratio`` (validation centre crop) apply to files and folders alike.  ``num_threads``
+    decode ``.rec`` files; ``num_workers`` processes decode an image folder (0: this process).
 
     Returns
     -------
@@ -59,7 +60,7 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
     elif data_dir:
         loaded = _folder_data(data_dir, batch_size, image_shape, num_classes, val_fraction, seed,
                               num_parts, part_index, augmentation=augmentation,
-                              crop_ratio=crop_ratio)
+                              crop_ratio=crop_ratio, num_workers=num_workers)
     else:
         loaded = _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size,
                               image_shape, num_threads, num_parts, part_index, seed,

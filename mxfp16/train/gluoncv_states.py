@@ -1,0 +1,112 @@
+"""GluonCV's optimizer state (``--resume-states``): a ``gluon.Trainer.save_states`` file of
+GluonCV's network, loaded into the Trainer of a run.
+
+gluon.Trainer keys each parameter's state by the parameter's position in its list, the sorted
+names of ``net.collect_params()``.  GluonCV's file follows its network's order; the run's Trainer
+has its own, so the states are matched by name.  A float32 run's states become the float16 layout
+when the run trains in float16 (:func:`mxfp16.optimizers.adapt_states`), with the float32 weights
+of ``--resume-params`` as master weights, not their float16 rounding.
+"""
+import os
+import pickle
+import tempfile
+
+from .. import mxnet_internals
+from ..optimizers import adapt_states, master_weight, restore_multi_precision
+from .gluon_api import load_trainer_states
+
+
+def read_states(path):
+    """``(states, optimizer)`` of a ``gluon.Trainer.save_states`` file (``optimizer`` None when
+    the file holds the states alone).
+
+    Raises
+    ------
+    ValueError
+        If the file is not such a file.
+    """
+    try:
+        with open(path, "rb") as blob:
+            saved = pickle.load(blob)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
+        raise ValueError(f"--resume-states {path} cannot be read ({error}): pass the file "
+                         "GluonCV's trainer.save_states wrote") from None
+    states, optimizer = saved if isinstance(saved, tuple) and len(saved) == 2 else (saved, None)
+    if not isinstance(states, dict):
+        raise ValueError(f"--resume-states {path} is not a gluon.Trainer state file: pass the "
+                         "file GluonCV's trainer.save_states wrote")
+    return states, optimizer
+
+
+def reorder_states(states, saved_order, names, path):
+    """``states`` keyed by positions in ``saved_order``, re-keyed by positions in ``names``.
+
+    Raises
+    ------
+    ValueError
+        If a state belongs to no parameter of ``saved_order`` or of ``names``.
+
+    Examples
+    --------
+    >>> reorder_states({0: 'state of b', 1: 'state of a'}, ('b', 'a'), ['a', 'b'], 'x.states')
+    {1: 'state of b', 0: 'state of a'}
+    """
+    position = {name: i for i, name in enumerate(names)}
+    if any(not 0 <= i < len(saved_order) for i in states):
+        raise ValueError(f"--resume-states {path} holds states of {max(states) + 1} or more "
+                         f"parameters and --model has {len(saved_order)}: pass the .states file "
+                         "of the run that saved --resume-params")
+    unknown = [saved_order[i] for i, state in states.items()
+               if state is not None and saved_order[i] not in position]
+    if unknown:
+        raise ValueError(f"--resume-states {path}: the network has no parameter {unknown[0]} "
+                         "(and maybe others): pass the --model the run was trained with")
+    return {position[saved_order[i]]: state for i, state in states.items()
+            if saved_order[i] in position}
+
+
+def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values):
+    """Load GluonCV's ``trainer.save_states`` file ``path`` into ``trainer``.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+        The run's Trainer, its optimizer created from the command line (its settings and
+        schedule position are kept; the file gives the states).
+    path : str
+    saved_order : tuple of str
+        Parameter names in the file's order (sorted names of GluonCV's ``net.collect_params()``).
+    dtype : str
+        The training dtype: float16 states get float32 master weights.
+    master_values : dict of str to NDArray
+        float32 values of the weights (``--resume-params``), the master weights of float16.
+
+    Raises
+    ------
+    ValueError
+        For a file that is not such a file, holds another optimizer, or another network's states.
+    """
+    fresh = trainer.optimizer
+    states, optimizer = read_states(path)
+    if optimizer is not None and type(optimizer) is not type(fresh):
+        raise ValueError(f"--resume-states {path} holds the state of a "
+                         f"{type(optimizer).__name__} optimizer and this run trains with "
+                         f"{type(fresh).__name__}: pass --optimizer "
+                         f"{type(optimizer).__name__.lower()}")
+    params = mxnet_internals.trainer_params(trainer)
+    states = reorder_states(states, saved_order, [param.name for param in params], path)
+    handle, staged = tempfile.mkstemp(suffix=".states")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            pickle.dump((states, optimizer if optimizer is not None else fresh), out)
+        load_trainer_states(trainer, staged)
+    finally:
+        os.remove(staged)
+    restore_multi_precision(trainer.optimizer, dtype)
+    for updater in mxnet_internals.trainer_updaters(trainer):
+        adapt_states(updater, params)
+        for index, state in updater.states.items():
+            master = master_weight(updater.optimizer, state)
+            if master is not None and params[index].name in master_values:
+                master[:] = master_values[params[index].name].as_in_context(master.context)
+    mxnet_internals.restart_update_counts(trainer.optimizer, fresh.begin_num_update)
