@@ -22,14 +22,26 @@ False
 >>> scaler.loss_scale, scaler.num_skipped
 (32768.0, 1)
 """
-from .casting import cast_block, cast_params, cast_symbol
-from .dtypes import SUPPORTED_DTYPES
-from .emulation import resolve_emulate
-from .loss_scaling import (DynamicLossScaler, LossScaleCollapse, LossScaler, StaticLossScaler,
-                           make_loss_scaler)
-from .module import init_optimizer, make_scaled_module, module_step, scale_loss_symbol
-from .optimizers import MULTI_PRECISION_OPTIMIZERS, make_optimizer, make_trainer, rescale_grad
-from .trainer import Trainer
+from .mxnet_import import import_core
+
+# The public names load on first use (PEP 562 ``__getattr__``), not here: MXNet 1.9.1 fails to
+# import with numpy >= 1.24, and ``python -m mxfp16.doctor`` (which imports this package first) must
+# still run to diagnose that; a user gets import_core's clear error instead of MXNet's traceback.
+# Module -> the public names it defines, as ``from .<module> import <names>`` did here.
+_EXPORTS = {
+    "casting": ("cast_block", "cast_params", "cast_symbol"),
+    "dtypes": ("SUPPORTED_DTYPES",),
+    "emulation": ("resolve_emulate",),
+    "loss_scaling": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
+                     "make_loss_scaler"),
+    "module": ("init_optimizer", "make_scaled_module", "module_step", "scale_loss_symbol"),
+    "optimizers": ("MULTI_PRECISION_OPTIMIZERS", "make_optimizer", "make_trainer", "rescale_grad"),
+    "trainer": ("Trainer",),
+}
+
+#: The other core modules that ``import mxfp16`` made attributes of the package (``mxfp16.graph``).
+_ALSO_LOADED = ("cast_network", "fastround", "grad_checks", "graph", "kvstore",
+                "loss_scale_settings", "mxnet_internals")
 
 __version__ = "0.1.0"
 
@@ -39,3 +51,18 @@ __all__ = [
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
 ]
+
+
+def __getattr__(name):
+    if name in _EXPORTS or name in _ALSO_LOADED:
+        return import_core(f"{__name__}.{name}")
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for module_name, names in _EXPORTS.items():
+        module = import_core(f"{__name__}.{module_name}")
+        globals().update((public, getattr(module, public)) for public in names)
+    return globals()[name]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -2,8 +2,11 @@
 nvidia-smi output, a faked ``mx.runtime.Features`` and a faked GPU count."""
 import json
 import os
+import pathlib
 import platform
 import stat
+import subprocess
+import sys
 import types
 
 import mxnet as mx
@@ -13,10 +16,12 @@ import pytest
 import mxfp16
 from mxfp16.doctor import ENV_VARS, diagnose
 from mxfp16.doctor.__main__ import main
-from mxfp16.doctor.probe import (merge_gpus, parse_cpuinfo, parse_nvidia_smi, read_versions,
-                                 run_nvidia_smi)
+from mxfp16.doctor.probe import (merge_gpus, parse_cpuinfo, parse_nvidia_smi, read_cpu,
+                                 read_versions, run_nvidia_smi)
 from mxfp16.doctor.render import render_text
-from mxfp16.doctor.rules import bfloat16_native
+from mxfp16.doctor.rules import bfloat16_native, find_problems
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 #: ``nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv,noheader``
 #: on a machine with a V100, a T4 and an A100 (driver R525, whose nvidia-smi knows compute_cap).
@@ -31,15 +36,20 @@ SMI_GTX1080 = "NVIDIA GeForce GTX 1080, 8192 MiB, 6.1, 525.85.12\n"
 SMI_V100_OLD_DRIVER = "Tesla V100-SXM2-16GB, 16160 MiB, 450.80.02\n"
 
 #: The keys of a report, in JSON.
-REPORT_KEYS = {"mxnet_version", "mxnet_distribution", "numpy_version", "gluoncv_version",
-               "mxfp16_version", "python_version", "cuda_build", "features", "nvidia_driver",
-               "gpus", "cpu", "env", "float16_mode", "bfloat16_native", "warnings"}
+REPORT_KEYS = {"mxnet_version", "mxnet_distribution", "mxnet_import_error", "numpy_version",
+               "gluoncv_version", "mxfp16_version", "python_version", "cuda_build", "features",
+               "nvidia_driver", "gpus", "cpu", "env", "float16_mode", "bfloat16_native",
+               "warnings"}
 
 CPU_ONLY_WARNING = (
     "MXNet 1.9.1 is a CPU-only build: float16 runs as CPU emulation, which computes every GEMM in "
     "float32 and rounds its inputs and outputs to float16, so it reproduces a GPU run's float16 "
     "numerics but trains slower than float32. Fix for NVIDIA GPUs: pip uninstall mxnet; "
     "pip install -e \".[cu112]\" (mxnet-cu112, CUDA 11.2, NVIDIA driver >= 460.27.03)")
+
+#: The problem numpy 2.0.2 is, under MXNet 1.9.1.
+NUMPY_2_WARNING = ("numpy 2.0.2 is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and "
+                   "fails to import. Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)")
 
 #: What the CPU-only warning adds on a CPU that runs bfloat16 natively.
 BFLOAT16_HINT = "; for speed on this CPU, train in bfloat16, which it runs natively"
@@ -67,7 +77,7 @@ def gpu_machine(monkeypatch, smi_text, environ, mxnet_sees_gpus=True, numpy_vers
     monkeypatch.setattr(mx.runtime, "Features", lambda: features)
     mxnet_gpus = smi_gpus_as_mxnet(smi_text) if mxnet_sees_gpus else []
     monkeypatch.setattr(mx.context, "num_gpus", lambda: len(mxnet_gpus))
-    versions = dict(read_versions(), mxnet_distribution="mxnet-cu112", numpy_version=numpy_version)
+    versions = dict(read_versions(mx), mxnet_distribution="mxnet-cu112", numpy_version=numpy_version)
     return diagnose(environ=environ, nvidia_smi=smi_text, mxnet_gpus=mxnet_gpus,
                     versions=versions)
 
@@ -205,7 +215,7 @@ def test_warning_for_numpy_1_24(monkeypatch):
                          numpy_version="1.24.0")
     assert report["warnings"] == [
         "numpy 1.24.0 is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and fails "
-        "to import. Fix: pip install \"numpy<1.24\""]
+        "to import. Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)"]
 
 
 def test_warning_for_gpu_without_tensor_cores(monkeypatch):
@@ -331,3 +341,79 @@ def test_run_nvidia_smi_without_it(tmp_path, monkeypatch):
 def test_env_table_has_one_line_reasons():
     assert all(var.reason and "\n" not in var.reason and var.advice for var in ENV_VARS.values())
     assert list(ENV_VARS)[0] == "MXNET_SAFE_ACCUMULATION"
+
+
+def run_doctor_without_mxnet(tmp_path, *flags, error="AttributeError(NUMPY_BOOL)",
+                             numpy_version="2.0.2"):
+    """``python -m mxfp16.doctor FLAGS`` in a process whose ``import mxnet`` raises ``error``, as
+    MXNet 1.9.1 does under numpy >= 1.24 (a fake ``mxnet`` first on the path), with a faked
+    ``numpy.__version__`` and the V100 of a fake nvidia-smi on ``PATH``."""
+    fake = tmp_path / "mxnet"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "NUMPY_BOOL = \"module 'numpy' has no attribute 'bool'.\\n`np.bool` was a deprecated "
+        f"alias for the builtin `bool`.\"\nraise {error}\n")
+    write_fake_nvidia_smi(tmp_path, knows_compute_cap=True)
+    program = (f"import runpy, numpy; numpy.__version__ = {numpy_version!r}; "
+               "runpy.run_module('mxfp16.doctor', run_name='__main__', alter_sys=True)")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), MXNET_SAFE_ACCUMULATION="1",
+               PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run([sys.executable, "-c", program, *flags], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+
+
+def test_doctor_json_when_numpy_breaks_mxnet(tmp_path):
+    done = run_doctor_without_mxnet(tmp_path, "--json", "--bench")
+    assert (done.returncode, done.stderr) == (0, "")
+    report = json.loads(done.stdout)
+    assert set(report) == REPORT_KEYS | {"bench"}
+    assert report["mxnet_import_error"] == "AttributeError: module 'numpy' has no attribute 'bool'."
+    assert report["warnings"] == [NUMPY_2_WARNING]
+    assert (report["mxnet_version"], report["mxnet_distribution"]) == ("1.9.1", "mxnet")
+    assert report["numpy_version"] == "2.0.2"
+    assert report["python_version"] == platform.python_version()
+    assert (report["features"], report["float16_mode"], report["bfloat16_native"]) == ({}, None,
+                                                                                        None)
+    assert report["bench"] == []
+    assert report["cpu"] == read_cpu()
+    assert report["env"]["MXNET_SAFE_ACCUMULATION"] == "1"
+    assert [(gpu["name"], gpu["tensor_cores_float16"], gpu["source"])
+            for gpu in report["gpus"]] == [("Tesla V100-SXM2-16GB", True, "nvidia-smi")]
+
+
+def test_doctor_text_when_numpy_breaks_mxnet(tmp_path):
+    done = run_doctor_without_mxnet(tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "Traceback" not in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[2] == ("MXNet build: unknown, import mxnet fails: AttributeError: module 'numpy' has "
+                        "no attribute 'bool'.")
+    assert lines[-3:] == [
+        "Problems (1):",
+        "  - numpy 2.0.2 is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and fails "
+        "to import.",
+        "    Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)"]
+    assert "float16:   unknown: MXNet does not import" in lines
+
+
+def test_doctor_names_another_import_failure(tmp_path):
+    done = run_doctor_without_mxnet(
+        tmp_path, "--json", numpy_version="1.23.5",
+        error="OSError('libgfortran.so.5: cannot open shared object file: No such file or "
+              "directory')")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["warnings"] == [
+        "MXNet 1.9.1 (mxnet) is installed but does not import (OSError: libgfortran.so.5: cannot "
+        "open shared object file: No such file or directory). Fix: run python -c \"import mxnet\" "
+        "to see the whole error; a library it cannot load needs its system package, a broken "
+        "install pip install --force-reinstall mxnet==1.9.1"]
+
+
+def test_warning_when_mxnet_is_not_installed():
+    report = {"numpy_version": "1.23.5", "mxnet_version": None, "mxnet_distribution": None,
+              "mxnet_import_error": "ModuleNotFoundError: No module named 'mxnet'", "features": {},
+              "cuda_build": None, "nvidia_driver": None, "gpus": [], "env": {},
+              "float16_mode": None, "bfloat16_native": None}
+    assert find_problems(report) == [
+        "MXNet is not installed (ModuleNotFoundError: No module named 'mxnet'). Fix: pip install -e "
+        "\".[cpu]\", or pip install -e \".[cu112]\" for NVIDIA GPUs"]

@@ -4,7 +4,9 @@ It reports the versions and MXNet's build features, the GPUs (compute capability
 float16 and bfloat16), the CPU's instruction sets for bfloat16 and float16 emulation, the float16
 mode ``mxfp16.cast_block`` will use, the environment variables that change float16 numerics or
 speed, and the problems found, each with its fix; ``--json`` for tools, ``--bench`` for a few
-seconds of GEMM timing.  It never fails for want of a GPU or of nvidia-smi.
+seconds of GEMM timing.  It never fails for want of a GPU or of nvidia-smi, nor of an MXNet that
+imports: MXNet 1.9.1 does not import with numpy 1.24 or newer, and the doctor then reports that,
+with its fix, and everything it can read without MXNet.
 
 Layout: :mod:`.probe` reads the machine, :mod:`.rules` judges a report (pure functions),
 :mod:`.render` prints it, :mod:`.bench` times GEMMs and :mod:`.__main__` is the command line.
@@ -14,8 +16,8 @@ fake GPUs, drivers and build features.
 import os
 
 from .envvars import ENV_VARS, read_env
-from .probe import (cuda_version, float16_mode, merge_gpus, parse_nvidia_smi, read_cpu,
-                    read_features, read_mxnet_gpus, read_versions, run_nvidia_smi)
+from .probe import (cuda_version, float16_mode, import_mxnet, merge_gpus, parse_nvidia_smi,
+                    read_cpu, read_features, read_mxnet_gpus, read_versions, run_nvidia_smi)
 from .rules import bfloat16_native, find_problems
 
 __all__ = ["diagnose", "ENV_VARS"]
@@ -25,7 +27,9 @@ def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_g
              versions=None):
     """Gather the facts of this machine and the problems they show.
 
-    Every argument left at ``None`` is read from the machine.
+    Every argument left at ``None`` is read from the machine.  Where ``import mxnet`` fails, the
+    report says why (``mxnet_import_error``) and what MXNet would have told is ``None``, ``{}`` or
+    ``[]``.
 
     Parameters
     ----------
@@ -46,10 +50,10 @@ def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_g
     Returns
     -------
     dict
-        JSON-ready: ``mxnet_version``, ``mxnet_distribution``, ``numpy_version``,
-        ``gluoncv_version``, ``mxfp16_version``, ``python_version``, ``cuda_build``, ``features``,
-        ``nvidia_driver``, ``gpus``, ``cpu``, ``env``, ``float16_mode``, ``bfloat16_native`` and
-        ``warnings``.
+        JSON-ready: ``mxnet_version``, ``mxnet_distribution``, ``mxnet_import_error`` (``None``
+        when MXNet imports), ``numpy_version``, ``gluoncv_version``, ``mxfp16_version``,
+        ``python_version``, ``cuda_build``, ``features``, ``nvidia_driver``, ``gpus``, ``cpu``,
+        ``env``, ``float16_mode``, ``bfloat16_native`` and ``warnings``.
 
     Examples
     --------
@@ -60,16 +64,19 @@ def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_g
     True
     """
     environ = os.environ if environ is None else environ
-    report = dict(read_versions() if versions is None else versions)
+    mx, import_error = import_mxnet()
+    report = dict(read_versions(mx) if versions is None else versions)
+    report["mxnet_import_error"] = import_error
     report["cuda_build"] = cuda_version(report["mxnet_distribution"])
-    report["features"] = read_features() if features is None else dict(features)
+    report["features"] = read_features(mx) if features is None else dict(features)
     smi_gpus = parse_nvidia_smi(run_nvidia_smi() if nvidia_smi is None else nvidia_smi)
     report["nvidia_driver"] = smi_gpus[0]["driver_version"] if smi_gpus else None
-    mxnet_gpus = read_mxnet_gpus() if mxnet_gpus is None else mxnet_gpus
+    mxnet_gpus = read_mxnet_gpus(mx) if mxnet_gpus is None else mxnet_gpus
     report["gpus"] = merge_gpus(mxnet_gpus, smi_gpus)
     report["cpu"] = read_cpu(cpuinfo)
     report["env"] = read_env(environ)
-    report["float16_mode"] = float16_mode()
-    report["bfloat16_native"] = bfloat16_native(report["cpu"], report["features"], report["env"])
+    report["float16_mode"] = float16_mode(mx)
+    report["bfloat16_native"] = (None if mx is None else
+                                 bfloat16_native(report["cpu"], report["features"], report["env"]))
     report["warnings"] = find_problems(report)
     return report

@@ -4,7 +4,6 @@ import json
 import sys
 
 from . import diagnose
-from .bench import run_bench
 from .render import render_text
 
 
@@ -27,7 +26,8 @@ def get_args_parser():
 
 
 def main(argv=None):
-    """Print the report of this machine; the exit code is 0 (2 for bad flags).
+    """Print the report of this machine; the exit code is 0 (2 for bad flags), also when MXNet
+    does not import (the report names why and the fix).
 
     Parameters
     ----------
@@ -48,7 +48,10 @@ def main(argv=None):
     """
     args = get_args_parser().parse_args(argv)
     report = diagnose()
-    if args.bench:
+    if args.bench and report["mxnet_import_error"]:
+        report["bench"] = []
+    elif args.bench:
+        from .bench import run_bench  # imports MXNet: only once it is known to import
         report["bench"] = run_bench(report)
     print(json.dumps(report, indent=2) if args.json else render_text(report))
     return 0

@@ -1,6 +1,9 @@
 """Reading the machine: versions, MXNet's build features, the GPUs, the CPU's instruction sets and
 the float16 mode.
 
+MXNet is imported here only, by :func:`import_mxnet`, which turns a failing import into a reason;
+the readers that need MXNet take the module it returns, and the others work without it.
+
 Each reader of the operating system has a pure parsing half (:func:`parse_cpuinfo`,
 :func:`parse_nvidia_smi`, :func:`merge_gpus`, :func:`cuda_version`) that the tests feed with
 recorded text, so the GPU branches are tested on machines without a GPU.
@@ -10,11 +13,9 @@ import re
 import shutil
 import subprocess
 
-import mxnet as mx
 import numpy as np
 
 from .. import __version__
-from ..emulation import resolve_emulate
 from .rules import has_tensor_cores
 
 #: Report key -> the /proc/cpuinfo flags that must all be present.  AVX-512 and F16C make float16
@@ -26,6 +27,27 @@ CPU_FLAGS = {"avx512": ("avx512f",), "avx512_bf16": ("avx512_bf16",),
 #: The nvidia-smi queries, tried in order: older nvidia-smi versions reject ``compute_cap``.
 NVIDIA_SMI_QUERIES = (("name", "memory.total", "compute_cap", "driver_version"),
                       ("name", "memory.total", "driver_version"))
+
+
+def import_mxnet():
+    """``(mxnet, None)``, or ``(None, reason)`` when ``import mxnet`` fails.
+
+    The reason is the error's type and first line, e.g. ``"AttributeError: module 'numpy' has no
+    attribute 'bool'."`` under numpy 1.24 or newer, or ``"ModuleNotFoundError: No module named
+    'mxnet'"``; ``OSError`` is a shared library of MXNet's that does not load.
+
+    Examples
+    --------
+    >>> mx, reason = import_mxnet()
+    >>> mx.__version__, reason
+    ('1.9.1', None)
+    """
+    try:
+        import mxnet
+    except (ImportError, AttributeError, OSError) as error:
+        lines = str(error).splitlines()
+        return None, type(error).__name__ + (f": {lines[0]}" if lines else "")
+    return mxnet, None
 
 
 def distribution_version(name):
@@ -63,29 +85,44 @@ def cuda_version(distribution):
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def read_versions():
+def read_versions(mx):
     """Versions of MXNet (and its wheel), numpy, GluonCV, mxfp16 and Python, as report keys.
+
+    Parameters
+    ----------
+    mx : module or None
+        MXNet, from :func:`import_mxnet`; without it the MXNet version is its wheel's (``None``
+        when no wheel is installed).
 
     Examples
     --------
-    >>> versions = read_versions()
+    >>> mx, _ = import_mxnet()
+    >>> versions = read_versions(mx)
     >>> versions["mxnet_version"], versions["numpy_version"] == np.__version__
     ('1.9.1', True)
+    >>> read_versions(None)["mxnet_version"]
+    '1.9.1'
     """
-    return {"mxnet_version": mx.__version__, "mxnet_distribution": mxnet_distribution(),
+    distribution = mxnet_distribution()
+    mxnet_version = mx.__version__ if mx else distribution and distribution_version(distribution)
+    return {"mxnet_version": mxnet_version, "mxnet_distribution": distribution,
             "numpy_version": np.__version__, "gluoncv_version": distribution_version("gluoncv"),
             "mxfp16_version": __version__, "python_version": platform.python_version()}
 
 
-def read_features():
-    """MXNet's build features (``mx.runtime.Features()``): name -> enabled.
+def read_features(mx):
+    """MXNet's build features (``mx.runtime.Features()``): name -> enabled; ``{}`` without MXNet.
 
     Examples
     --------
-    >>> features = read_features()
+    >>> features = read_features(import_mxnet()[0])
     >>> sorted(name for name in ("CUDA", "MKLDNN", "TENSORRT") if name in features)
     ['CUDA', 'MKLDNN', 'TENSORRT']
+    >>> read_features(None)
+    {}
     """
+    if mx is None:
+        return {}
     return {name: feature.enabled for name, feature in mx.runtime.Features().items()}
 
 
@@ -190,7 +227,7 @@ def parse_nvidia_smi(text):
     return gpus
 
 
-def _compute_capability(index):
+def _compute_capability(mx, index):
     """``'7.0'`` for GPU ``index`` through ``mx.util.get_cuda_compute_capability``, or ``None``."""
     try:
         capability = mx.util.get_cuda_compute_capability(mx.gpu(index))
@@ -199,7 +236,7 @@ def _compute_capability(index):
     return f"{capability // 10}.{capability % 10}"
 
 
-def _memory_mib(index):
+def _memory_mib(mx, index):
     """Total memory of GPU ``index`` in MiB through ``mx.context.gpu_memory_info``, or ``None``."""
     try:
         return mx.context.gpu_memory_info(index)[1] // 2**20
@@ -207,25 +244,34 @@ def _memory_mib(index):
         return None
 
 
-def read_mxnet_gpus():
+def read_mxnet_gpus(mx):
     """The GPUs MXNet sees (``mx.context.num_gpus()``), in MXNet's order.
+
+    Parameters
+    ----------
+    mx : module or None
+        MXNet, from :func:`import_mxnet`.
 
     Returns
     -------
     list of dict
         ``memory_mib`` and ``compute_capability`` of each (``None`` where CUDA does not answer);
-        ``[]`` for a CPU build or a machine without GPUs.
+        ``[]`` for a CPU build, a machine without GPUs or without MXNet.
 
     Examples
     --------
-    >>> len(read_mxnet_gpus()) == mx.context.num_gpus()
+    >>> mx, _ = import_mxnet()
+    >>> len(read_mxnet_gpus(mx)) == mx.context.num_gpus()
     True
     """
+    if mx is None:
+        return []
     try:
         count = mx.context.num_gpus()
     except mx.base.MXNetError:
         return []
-    return [{"memory_mib": _memory_mib(index), "compute_capability": _compute_capability(index)}
+    return [{"memory_mib": _memory_mib(mx, index),
+             "compute_capability": _compute_capability(mx, index)}
             for index in range(count)]
 
 
@@ -260,13 +306,19 @@ def merge_gpus(mxnet_gpus, smi_gpus):
             for index, (gpu, smi) in enumerate(zip(mxnet_gpus, named))]
 
 
-def float16_mode():
+def float16_mode(mx):
     """``'gpu'`` or ``'cpu-emulation'``: what ``mxfp16.cast_block(net, 'float16')`` does here, by
-    :func:`mxfp16.resolve_emulate`'s own rule.
+    :func:`mxfp16.resolve_emulate`'s own rule; ``None`` without MXNet.
 
     Examples
     --------
-    >>> float16_mode() == ('gpu' if mx.context.num_gpus() else 'cpu-emulation')
+    >>> mx, _ = import_mxnet()
+    >>> float16_mode(mx) == ('gpu' if mx.context.num_gpus() else 'cpu-emulation')
+    True
+    >>> float16_mode(None) is None
     True
     """
+    if mx is None:
+        return None
+    from ..emulation import resolve_emulate
     return "cpu-emulation" if resolve_emulate(None, "float16") else "gpu"

@@ -35,19 +35,24 @@ def _yes_no(value):
 def _version_lines(report):
     wheel = report["mxnet_distribution"]
     wheel = f"wheel {wheel}" if wheel else "not from pip"
+    versions = [f"Versions:  mxnet {report['mxnet_version']} ({wheel}), numpy "
+                f"{report['numpy_version']}, gluoncv {report['gluoncv_version']}",
+                f"           mxfp16 {report['mxfp16_version']}, Python {report['python_version']}"]
+    if report["mxnet_import_error"]:
+        return versions + [_wrap(f"MXNet build: unknown, import mxnet fails: "
+                                 f"{report['mxnet_import_error']}", "  ")]
     features = report["features"]
     also = [name for name, on in features.items() if on and name not in KEY_FEATURES]
-    return [f"Versions:  mxnet {report['mxnet_version']} ({wheel}), numpy {report['numpy_version']}"
-            f", gluoncv {report['gluoncv_version']}",
-            f"           mxfp16 {report['mxfp16_version']}, Python {report['python_version']}",
-            "MXNet build: " + ", ".join(f"{FEATURE_NAMES.get(name, name)} "
-                                        f"{_yes_no(features.get(name))}" for name in KEY_FEATURES),
-            _wrap("  also built with: " + ", ".join(also), "    ")]
+    return versions + ["MXNet build: " + ", ".join(f"{FEATURE_NAMES.get(name, name)} "
+                                                   f"{_yes_no(features.get(name))}"
+                                                   for name in KEY_FEATURES),
+                       _wrap("  also built with: " + ", ".join(also), "    ")]
 
 
 def _gpu_lines(report):
     if not report["gpus"]:
-        return ["GPUs:      none (MXNet sees no GPU; nvidia-smi lists none)"]
+        mxnet = "MXNet does not import" if report["mxnet_import_error"] else "MXNet sees no GPU"
+        return [f"GPUs:      none ({mxnet}; nvidia-smi lists none)"]
     driver = report["nvidia_driver"] or "unknown"
     lines = [f"GPUs:      {len(report['gpus'])}, NVIDIA driver {driver}"]
     for gpu in report["gpus"]:
@@ -67,6 +72,9 @@ def _cpu_lines(report):
 
 def _precision_lines(report):
     mode = report["float16_mode"]
+    if mode is None:
+        return ["float16:   unknown: MXNet does not import",
+                "bfloat16:  unknown: MXNet does not import"]
     units = [CPU_NAMES[key] for key in ("avx512_bf16", "amx") if report["cpu"][key]]
     bfloat16 = (f"native on this CPU (oneDNN with {' and '.join(units)})"
                 if report["bfloat16_native"] else
@@ -96,6 +104,8 @@ def _problem_lines(report):
 
 def _bench_lines(report):
     rows = report.get("bench")
+    if rows == [] and report["mxnet_import_error"]:
+        return ["GEMM benchmark: not run, MXNet does not import"]
     if not rows:
         return []
     lines = ["GEMM benchmark (square FullyConnected, best of the timed runs):"]

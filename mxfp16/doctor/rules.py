@@ -5,6 +5,8 @@ machine, so each rule is tested with made-up machines.
 """
 import re
 
+from ..mxnet_import import numpy_too_new
+
 #: Lowest compute capability whose Tensor Cores run each dtype: float16 from Volta (7.0; Turing
 #: 7.5 too), bfloat16 from Ampere (8.0).
 TENSOR_CORE_MIN_CAPABILITY = {"float16": (7, 0), "bfloat16": (8, 0)}
@@ -13,9 +15,6 @@ TENSOR_CORE_MIN_CAPABILITY = {"float16": (7, 0), "bfloat16": (8, 0)}
 #: -cu112, -cu117), from NVIDIA's "CUDA Toolkit and Corresponding Driver Versions" table in the
 #: CUDA Toolkit release notes.
 CUDA_MIN_DRIVER = {"10.2": "440.33", "11.0": "450.36.06", "11.2": "460.27.03", "11.7": "515.43.04"}
-
-#: MXNet 1.9.1 reads ``numpy.bool``, which numpy 1.24 removed, so ``import mxnet`` fails from there.
-NUMPY_TOO_NEW = (1, 24)
 
 
 def version_tuple(text):
@@ -80,10 +79,24 @@ def cuda_label(report):
 def check_numpy(report):
     """numpy >= 1.24 breaks ``import mxnet`` 1.9.1."""
     version = report["numpy_version"]
-    if version_tuple(version) < NUMPY_TOO_NEW:
+    if not numpy_too_new(version):
         return []
     return [f"numpy {version} is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and "
-            f"fails to import. Fix: pip install \"numpy<1.24\""]
+            f"fails to import. Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)"]
+
+
+def check_mxnet_import(report):
+    """``import mxnet`` fails for another reason than numpy (which :func:`check_numpy` names)."""
+    error = report.get("mxnet_import_error")
+    if not error or numpy_too_new(report["numpy_version"]):
+        return []
+    if not report.get("mxnet_distribution"):
+        return [f"MXNet is not installed ({error}). Fix: pip install -e \".[cpu]\", or "
+                "pip install -e \".[cu112]\" for NVIDIA GPUs"]
+    return [f"MXNet {report['mxnet_version']} ({report['mxnet_distribution']}) is installed but does "
+            f"not import ({error}). Fix: run python -c \"import mxnet\" to see the whole error; "
+            "a library it cannot load needs its system package, a broken install pip install "
+            f"--force-reinstall {report['mxnet_distribution']}==1.9.1"]
 
 
 def check_tensor_cores(report):
@@ -140,7 +153,7 @@ def check_tensor_core_switch(report):
 
 def check_cpu_build(report):
     """A CPU-only MXNet: float16 is emulated, and says how to get the GPU build."""
-    if report["features"].get("CUDA"):
+    if report.get("mxnet_import_error") or report["features"].get("CUDA"):
         return []
     gpus = f"this machine has {len(report['gpus'])} NVIDIA GPU(s), but " if report["gpus"] else ""
     bfloat16 = ("; for speed on this CPU, train in bfloat16, which it runs natively"
@@ -162,7 +175,7 @@ def check_onednn_name(report):
 
 
 #: The checks :func:`find_problems` runs, in the order their warnings are listed.
-CHECKS = (check_numpy, check_cpu_build, check_cuda_driver, check_tensor_cores,
+CHECKS = (check_numpy, check_mxnet_import, check_cpu_build, check_cuda_driver, check_tensor_cores,
           check_safe_accumulation, check_tensor_core_switch, check_onednn_name)
 
 
