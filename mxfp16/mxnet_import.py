@@ -1,8 +1,9 @@
 """Importing mxfp16's MXNet-backed modules, with the one clear error for a numpy MXNet 1.9.1 cannot
 import with.
 
-MXNet 1.9.1 reads ``numpy.bool``, which numpy 1.24 removed, so ``import mxnet`` fails there with an
-``AttributeError`` from inside MXNet that names neither the cause nor the fix.
+MXNet 1.9.1 reads ``numpy.bool``, which numpy 1.24 removed (and ``numpy.PZERO``, which 2.0 removed),
+so ``import mxnet`` fails there with an ``AttributeError`` from inside MXNet that names neither the
+cause nor the fix.
 """
 import importlib
 import re

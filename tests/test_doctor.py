@@ -47,9 +47,10 @@ CPU_ONLY_WARNING = (
     "numerics but trains slower than float32. Fix for NVIDIA GPUs: pip uninstall mxnet; "
     "pip install -e \".[cu112]\" (mxnet-cu112, CUDA 11.2, NVIDIA driver >= 460.27.03)")
 
-#: The problem numpy 2.0.2 is, under MXNet 1.9.1.
-NUMPY_2_WARNING = ("numpy 2.0.2 is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and "
-                   "fails to import. Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)")
+#: The problem numpy 1.26.4 is, under MXNet 1.9.1.
+NUMPY_1_26_WARNING = ("numpy 1.26.4 is too new: MXNet 1.9.1 reads numpy.bool (removed in numpy 1.24) "
+                      "and numpy.PZERO (removed in 2.0), and fails to import. Fix: pip install "
+                      "\"numpy<1.24\" (mxfp16's install pins it)")
 
 #: What the CPU-only warning adds on a CPU that runs bfloat16 natively.
 BFLOAT16_HINT = "; for speed on this CPU, train in bfloat16, which it runs natively"
@@ -214,8 +215,9 @@ def test_warning_for_numpy_1_24(monkeypatch):
     report = gpu_machine(monkeypatch, SMI_V100_T4_A100, {"MXNET_SAFE_ACCUMULATION": "1"},
                          numpy_version="1.24.0")
     assert report["warnings"] == [
-        "numpy 1.24.0 is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and fails "
-        "to import. Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)"]
+        "numpy 1.24.0 is too new: MXNet 1.9.1 reads numpy.bool (removed in numpy 1.24) and "
+        "numpy.PZERO (removed in 2.0), and fails to import. Fix: pip install \"numpy<1.24\" "
+        "(mxfp16's install pins it)"]
 
 
 def test_warning_for_gpu_without_tensor_cores(monkeypatch):
@@ -344,7 +346,7 @@ def test_env_table_has_one_line_reasons():
 
 
 def run_doctor_without_mxnet(tmp_path, *flags, error="AttributeError(NUMPY_BOOL)",
-                             numpy_version="2.0.2"):
+                             numpy_version="1.26.4"):
     """``python -m mxfp16.doctor FLAGS`` in a process whose ``import mxnet`` raises ``error``, as
     MXNet 1.9.1 does under numpy >= 1.24 (a fake ``mxnet`` first on the path), with a faked
     ``numpy.__version__`` and the V100 of a fake nvidia-smi on ``PATH``."""
@@ -368,9 +370,9 @@ def test_doctor_json_when_numpy_breaks_mxnet(tmp_path):
     report = json.loads(done.stdout)
     assert set(report) == REPORT_KEYS | {"bench"}
     assert report["mxnet_import_error"] == "AttributeError: module 'numpy' has no attribute 'bool'."
-    assert report["warnings"] == [NUMPY_2_WARNING]
+    assert report["warnings"] == [NUMPY_1_26_WARNING]
     assert (report["mxnet_version"], report["mxnet_distribution"]) == ("1.9.1", "mxnet")
-    assert report["numpy_version"] == "2.0.2"
+    assert report["numpy_version"] == "1.26.4"
     assert report["python_version"] == platform.python_version()
     assert (report["features"], report["float16_mode"], report["bfloat16_native"]) == ({}, None,
                                                                                         None)
@@ -390,9 +392,10 @@ def test_doctor_text_when_numpy_breaks_mxnet(tmp_path):
                         "no attribute 'bool'.")
     assert lines[-3:] == [
         "Problems (1):",
-        "  - numpy 2.0.2 is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and fails "
-        "to import.",
-        "    Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)"]
+        "  - numpy 1.26.4 is too new: MXNet 1.9.1 reads numpy.bool (removed in numpy 1.24) and "
+        "numpy.PZERO",
+        "    (removed in 2.0), and fails to import. Fix: pip install \"numpy<1.24\" (mxfp16's "
+        "install pins it)"]
     assert "float16:   unknown: MXNet does not import" in lines
 
 

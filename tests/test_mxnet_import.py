@@ -13,8 +13,10 @@ from mxfp16.mxnet_import import import_core
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-#: What ``import mxnet`` raises in MXNet 1.9.1 under numpy >= 1.24 (the start of numpy's message).
+#: What ``import mxnet`` 1.9.1 raises under numpy 1.24 to 1.26 and under numpy 2 (the first line of
+#: numpy's message).
 NUMPY_BOOL_ERROR = "AttributeError(\"module 'numpy' has no attribute 'bool'.\")"
+NUMPY_PZERO_ERROR = "AttributeError('`np.PZERO` was removed in the NumPy 2.0 release.')"
 
 #: Prints, as JSON, how ``import mxfp16`` and the first use of a public name go.
 PROGRAM = """
@@ -50,9 +52,11 @@ def test_import_mxfp16_and_its_doctor_do_not_import_mxnet():
     assert (done.returncode, done.stdout, done.stderr) == (0, "[]\n", "")
 
 
-def test_numpy_too_new_is_one_clear_import_error(tmp_path):
-    result = run_program(tmp_path, "2.0.2", NUMPY_BOOL_ERROR)
-    message = ("mxfp16 needs MXNet 1.9.1, which does not import with numpy 2.0: pip install "
+@pytest.mark.parametrize("numpy_version, error, shown", [("1.26.4", NUMPY_BOOL_ERROR, "1.26"),
+                                                         ("2.0.2", NUMPY_PZERO_ERROR, "2.0")])
+def test_numpy_too_new_is_one_clear_import_error(tmp_path, numpy_version, error, shown):
+    result = run_program(tmp_path, numpy_version, error)
+    message = (f"mxfp16 needs MXNet 1.9.1, which does not import with numpy {shown}: pip install "
                "'numpy<1.24' (the install pins it); python -m mxfp16.doctor checks the rest")
     assert result == {"mxnet_imported": False,
                       "mxfp16.cast_block": ["ImportError", message, "AttributeError"],

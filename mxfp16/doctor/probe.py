@@ -12,6 +12,7 @@ import platform
 import re
 import shutil
 import subprocess
+import warnings
 
 import numpy as np
 
@@ -43,7 +44,9 @@ def import_mxnet():
     ('1.9.1', None)
     """
     try:
-        import mxnet
+        with warnings.catch_warnings():  # numpy's warnings on the way to MXNet's failure
+            warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning))
+            import mxnet
     except (ImportError, AttributeError, OSError) as error:
         lines = str(error).splitlines()
         return None, type(error).__name__ + (f": {lines[0]}" if lines else "")

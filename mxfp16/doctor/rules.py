@@ -81,8 +81,9 @@ def check_numpy(report):
     version = report["numpy_version"]
     if not numpy_too_new(version):
         return []
-    return [f"numpy {version} is too new: MXNet 1.9.1 uses numpy.bool, removed in numpy 1.24, and "
-            f"fails to import. Fix: pip install \"numpy<1.24\" (mxfp16's install pins it)"]
+    return [f"numpy {version} is too new: MXNet 1.9.1 reads numpy.bool (removed in numpy 1.24) and "
+            "numpy.PZERO (removed in 2.0), and fails to import. Fix: pip install \"numpy<1.24\" "
+            "(mxfp16's install pins it)"]
 
 
 def check_mxnet_import(report):
