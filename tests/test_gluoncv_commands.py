@@ -127,6 +127,8 @@ def test_gluoncv_states_are_matched_by_name_and_checked(tmp_path, capsys):
     assert "resume it with --api gluon" in error_of(capsys)
     assert main(argv + ["--num-epochs", "2", "--resume-states", str(tmp_path / "no.states")]) == 2
     assert "not found" in error_of(capsys)
+    assert main(SMALL + ["--resume-states", states, "--benchmark", "1", "--num-epochs", "2"]) == 2
+    assert "pass the parameter file saved with it too" in error_of(capsys)
 
 
 def test_num_data_workers_decodes_an_image_folder_in_worker_processes(tmp_path, monkeypatch,
@@ -139,10 +141,13 @@ def test_num_data_workers_decodes_an_image_folder_in_worker_processes(tmp_path, 
         workers.append(kwargs.get("num_workers"))
         return data_loader(*args, **kwargs)
     monkeypatch.setattr(gluon.data, "DataLoader", spy)
-    argv = SMALL + ["--data-dir", str(tmp_path / "images"), "-j", "2", "--val-fraction", "0.25"]
+    argv = SMALL + ["--data-dir", str(tmp_path / "images"), "-j", "2", "--val-fraction", "0.25",
+                    "--num-training-samples", "40"]  # the guide's GluonCV folder command
     assert load_script_main("train_imagenet")(argv + SHORT) == 0
     assert workers == [2, 2]  # training and validation
-    assert "-j 2: 2 decoding threads for .rec files, 2 worker processes" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "-j 2: 2 decoding threads for .rec files, 2 worker processes" in out
+    assert "lr schedule: 10 batches per epoch" in out
 
 
 def test_num_training_samples_sets_the_epoch_of_the_lr_schedule(tmp_path, monkeypatch, capsys):

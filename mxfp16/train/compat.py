@@ -103,6 +103,9 @@ def _checkpoints(config, network, fine_tuning):
     if config.save_dir and not prefix:
         prefix = settings["model_prefix"] = os.path.join(config.save_dir, f"imagenet-{network}")
         notes.append(f"--save-dir {config.save_dir}: checkpoints {prefix}-NNNN.*")
+    if config.resume_states and not config.resume_params:
+        raise ValueError(f"--resume-states {config.resume_states} is the optimizer state of "
+                         "--resume-params: pass the parameter file saved with it too")
     if config.resume_params:
         stem = config.resume_params[:-len(".params")] \
             if config.resume_params.endswith(".params") else config.resume_params

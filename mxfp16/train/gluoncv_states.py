@@ -104,9 +104,11 @@ def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values):
         os.remove(staged)
     restore_multi_precision(trainer.optimizer, dtype)
     for updater in mxnet_internals.trainer_updaters(trainer):
+        saved = dict(updater.states)
         adapt_states(updater, params)
         for index, state in updater.states.items():
             master = master_weight(updater.optimizer, state)
-            if master is not None and params[index].name in master_values:
+            added = state is not saved[index]  # a float32 run's state, given a master copy here
+            if added and master is not None and params[index].name in master_values:
                 master[:] = master_values[params[index].name].as_in_context(master.context)
     mxnet_internals.restart_update_counts(trainer.optimizer, fresh.begin_num_update)

@@ -59,7 +59,7 @@ def gluoncv_network(config):
     settings = {k: v for k, v in config.network_settings.items() if k in ("last_gamma", "use_se")}
     block = get_network(config.network, config.num_classes, **settings)
     try:
-        block.load_parameters(config.resume_params)
+        block.load_parameters(config.resume_params, cast_dtype=True)  # GluonCV's float16 too
     except (AssertionError, mx.base.MXNetError) as error:
         reason = " ".join(str(error).split())[:160]
         raise ValueError(f"--resume-params {config.resume_params} does not hold the parameters of "
