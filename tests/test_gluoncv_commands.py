@@ -176,7 +176,16 @@ def test_every_flag_of_the_mxnet_example_is_recognised():
         assert parser.parse_args([flag, value]) is not None, flag  # no "unrecognized arguments"
 
 
+def test_example_poly_schedule_pow2_is_the_poly_lr_mode():
+    from mxfp16.train.config import TrainConfig
+    parser = load_script_main("train_imagenet").__globals__["get_args_parser"]()
+    config = TrainConfig(**vars(parser.parse_args(["--lr-step-epochs", "pow2"]))).checked()
+    assert (config.lr_mode, config.lr_step_epochs) == ("poly", ())
+    assert any("MXNet's PolyScheduler" in note for note in config.notes)
+
+
 @pytest.mark.parametrize("argv, words", [
+    (["--lr-step-epochs", "pow3"], "mxfp16's poly schedule has power 2"),
     (["--warmup-strategy", "power2"], "mxfp16's warm-up (--warmup-epochs, from --warmup-lr) is "
                                       "linear"),
     (["--profile-server-suffix", "server.json"], "does not profile the kvstore servers"),

@@ -16,6 +16,7 @@ import mxnet as mx
 
 from ..models import resolve_network_name
 from .data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
+from .schedule import POLY_POWER
 
 log = logging.getLogger("mxfp16.train")
 
@@ -82,6 +83,20 @@ def _data_files(config):
         files["data_val_idx"] = os.path.expanduser(
             config.data_val_idx or os.path.join(GLUONCV_REC_DIR, "val.idx"))
     return files
+
+
+def _poly_steps(config):
+    """MXNet example's ``--lr-step-epochs powN``: its PolyScheduler, ``lr * (1 - t/T) ** N``."""
+    if not isinstance(config.lr_step_epochs, str):
+        return {}, None
+    power = config.lr_step_epochs[len("pow"):].strip(" -")
+    if power not in (str(POLY_POWER), f"{POLY_POWER:.1f}"):
+        raise ValueError(f"--lr-step-epochs {config.lr_step_epochs}: mxfp16's poly schedule has "
+                         f"power {POLY_POWER}: pass --lr-step-epochs pow{POLY_POWER} (or --lr-mode "
+                         "poly), or epochs such as 30,60")
+    return dict(lr_mode="poly", lr_step_epochs=()), \
+        f"--lr-step-epochs {config.lr_step_epochs}: the poly schedule lr * (1 - t/T)^{POLY_POWER} " \
+        "over the whole run (MXNet's PolyScheduler; --lr-mode poly)"
 
 
 def _precision(config):
@@ -298,6 +313,9 @@ def resolve_commands(config, fine_tuning=False):
     network, note = resolve_network(config)
     notes = [note] if note else []
     settings = dict(network=network, **_data_files(config))
+    schedule, note = _poly_steps(config)
+    settings.update(schedule)
+    notes += [note] if note else []
     if config.lr_decay_period > 0:
         settings["lr_step_epochs"] = tuple(range(config.lr_decay_period, config.num_epochs,
                                                  config.lr_decay_period))

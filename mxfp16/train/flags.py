@@ -26,6 +26,18 @@ def int_tuple(text):
                                          "(e.g. 3,224,224)") from None
 
 
+def step_epochs(text):
+    """argparse type of ``--lr-step-epochs``: epochs (``'30,60'`` -> ``(30, 60)``), or MXNet
+    example's poly schedule ``'pow2'`` as it is.
+
+    Examples
+    --------
+    >>> step_epochs('30,60'), step_epochs('pow2')
+    ((30, 60), 'pow2')
+    """
+    return str(text).strip() if str(text).strip().startswith("pow") else int_tuple(text)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one ``error: ...`` line and exit code 2."""
 
@@ -105,9 +117,10 @@ def _add_optimizer_arguments(parser, d):
     group.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default: {d.lr})")
     group.add_argument("--lr-mode", default=d.lr_mode, help=f"schedule: {', '.join(LR_MODES)} "
                        f"(default: {d.lr_mode})")
-    group.add_argument("--lr-step-epochs", "--lr-decay-epoch", type=int_tuple,
+    group.add_argument("--lr-step-epochs", "--lr-decay-epoch", type=step_epochs,
                        default=d.lr_step_epochs,
-                       help="step mode: epochs at which the lr is multiplied by --lr-factor "
+                       help="step mode: epochs at which the lr is multiplied by --lr-factor; "
+                            "pow2 (MXNet's example): the poly schedule, --lr-mode poly "
                             "(default: %s)" % ",".join(map(str, d.lr_step_epochs)))
     group.add_argument("--lr-factor", "--lr-decay", type=float, default=d.lr_factor,
                        help=f"step mode: lr decay factor (default: {d.lr_factor})")
