@@ -115,6 +115,49 @@ def test_gluoncv_resume_states_restores_the_momenta(tmp_path, monkeypatch, capsy
         assert np.array_equal(momentum, momenta[name]), name
 
 
+def next_step_weights(tmp_path, load_states):
+    """The weights after the step that follows a GluonCV run: GluonCV's own trainer's, and an
+    mxfp16 run's (float32) from the saved files, with or without the optimizer state."""
+    from mxfp16 import StaticLossScaler
+    from mxfp16.models import block_to_network
+    from mxfp16.train.gluon_api import GluonAPI
+    from mxfp16.train.gluoncv_states import load_gluoncv_states
+    net = get_network("cifar_resnet20_v1", num_classes=4)
+    net.initialize(mx.init.Xavier())
+    settings = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
+    trainer = gluon.Trainer(net.collect_params(), "sgd", settings)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    data, labels = mx.nd.random.uniform(shape=(4, 3, 32, 32)), mx.nd.array([0, 1, 2, 3])
+
+    def gluoncv_step():
+        with autograd.record():
+            loss = loss_fn(net(data), labels)
+        loss.backward()
+        trainer.step(4)
+    for _ in range(3):
+        gluoncv_step()
+    states = str(tmp_path / "net.states")
+    trainer.save_states(states)
+    network = block_to_network(net)
+    api = GluonAPI(network, StaticLossScaler(1, enabled=False), ctx=[mx.cpu()], dtype="float32",
+                   kvstore="device", optimizer="sgd", optimizer_params=settings)
+    if load_states:
+        load_gluoncv_states(api.trainer, states, tuple(sorted(net.collect_params().keys())),
+                            dtype="float32", master_values=network.arg_params)
+    gluoncv_step()
+    api.train_step([data], [labels], 4)
+    name = sorted(net.collect_params().keys())[4]  # conv0_weight
+    return net.collect_params()[name].data().asnumpy(), \
+        api.block.collect_params()[name].data().asnumpy()
+
+
+def test_the_step_after_gluoncv_resume_states_is_gluoncv_s_next_step(tmp_path):
+    gluoncv, resumed = next_step_weights(tmp_path, load_states=True)
+    assert np.allclose(resumed, gluoncv, rtol=1e-5, atol=1e-7)
+    gluoncv, fresh = next_step_weights(tmp_path, load_states=False)  # the momenta matter here
+    assert not np.allclose(fresh, gluoncv, rtol=1e-5, atol=1e-7)
+
+
 def test_gluoncv_states_are_matched_by_name_and_checked(tmp_path, capsys):
     assert reorder_states({0: "b", 1: "a"}, ("b", "a"), ["a", "b"], "x") == {1: "b", 0: "a"}
     params, states, _, _ = gluoncv_run(str(tmp_path), steps=1)
