@@ -58,12 +58,12 @@ def snapshot(state):
     return tuple(map(snapshot, state)) if isinstance(state, (tuple, list)) else state.asnumpy()
 
 
-def gluoncv_run(folder, steps=3):
+def gluoncv_run(folder, steps=3, optimizer="sgd"):
     """What GluonCV's train_imagenet.py saves, float32: net.save_parameters and the states of a
-    plain gluon.Trainer over net.collect_params() after a few SGD-momentum steps."""
+    plain gluon.Trainer over net.collect_params() after a few momentum steps."""
     net = get_network("cifar_resnet20_v1", num_classes=4)
     net.initialize(mx.init.Xavier())
-    trainer = gluon.Trainer(net.collect_params(), "sgd",
+    trainer = gluon.Trainer(net.collect_params(), optimizer,
                             {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     data, labels = mx.nd.random.uniform(shape=(4, 3, 32, 32)), mx.nd.array([0, 1, 2, 3])
@@ -165,13 +165,23 @@ def test_gluoncv_states_are_matched_by_name_and_checked(tmp_path, capsys):
                     "--benchmark", "1", "--num-examples", "8"] + SHORT[2:]
     main = load_script_main("train_imagenet")
     assert main(argv + ["--num-epochs", "2", "--optimizer", "nag"]) == 2
-    assert "holds the state of a SGD optimizer" in error_of(capsys)
+    assert "holds the state of a sgd optimizer and --optimizer is nag" in error_of(capsys)
     assert main(argv + ["--num-epochs", "2", "--api", "module"]) == 2
     assert "resume it with --api gluon" in error_of(capsys)
     assert main(argv + ["--num-epochs", "2", "--resume-states", str(tmp_path / "no.states")]) == 2
     assert "not found" in error_of(capsys)
     assert main(SMALL + ["--resume-states", states, "--benchmark", "1", "--num-epochs", "2"]) == 2
     assert "pass the parameter file saved with it too" in error_of(capsys)
+
+
+def test_gluoncv_nag_states_continue_with_nag_when_no_optimizer_is_given(tmp_path, capsys):
+    params, states, _, _ = gluoncv_run(str(tmp_path), steps=1, optimizer="nag")  # GluonCV's
+    argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "1",
+                    "--num-epochs", "2", "--benchmark", "1", "--num-examples", "8"] + SHORT[2:]
+    assert load_script_main("train_imagenet")(argv) == 0
+    out = capsys.readouterr().out
+    assert "its nag optimizer continues (GluonCV's script trains with nag" in out
+    assert "starting at epoch 1" in out
 
 
 def test_num_data_workers_decodes_an_image_folder_in_worker_processes(tmp_path, monkeypatch,

@@ -16,6 +16,7 @@ import mxnet as mx
 
 from ..models import resolve_network_name
 from .data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
+from .gluoncv_states import read_states
 from .schedule import POLY_POWER
 
 log = logging.getLogger("mxfp16.train")
@@ -129,6 +130,7 @@ def _checkpoints(config, network, fine_tuning):
             settings["resume"] = stem
         else:
             notes.append(_gluoncv_resume_note(config))
+            settings.update(_gluoncv_optimizer(config, notes))
     elif config.load_epoch is not None and not fine_tuning and not config.resume:
         if not prefix:
             raise ValueError(f"--load-epoch {config.load_epoch} loads the checkpoint of "
@@ -174,6 +176,22 @@ def _gluoncv_resume_note(config):
         "in float16)" if config.resume_states else "; the optimizer state starts afresh"
     return (f"--resume-params {config.resume_params}: GluonCV's weights, training continues at "
             f"epoch {config.resume_epoch} (--resume-epoch){states}")
+
+
+def _gluoncv_optimizer(config, notes):
+    """``{'optimizer': ...}`` of GluonCV's ``--resume-states`` file when ``--optimizer`` is left at
+    its default (GluonCV's script trains with NAG); a different ``--optimizer`` is an error."""
+    saved = read_states(config.resume_states)[1] if config.resume_states else None
+    name = type(saved).__name__.lower() if saved is not None else config.optimizer
+    if name == config.optimizer.lower():
+        return {}
+    if config.optimizer != type(config)().optimizer:
+        raise ValueError(f"--resume-states {config.resume_states} holds the state of a {name} "
+                         f"optimizer and --optimizer is {config.optimizer}: pass --optimizer "
+                         f"{name}, or leave --resume-states out to start the optimizer afresh")
+    notes.append(f"--resume-states {config.resume_states}: its {name} optimizer continues "
+                 f"(GluonCV's script trains with {name}; mxfp16's default is {config.optimizer})")
+    return {"optimizer": name}
 
 
 def _check_resume_files(config, stem):
