@@ -254,11 +254,13 @@ def _check_example_fit_flags(config):
                         ("--macrobatch-size", config.macrobatch_size)):
         if value is not None and value < 0:
             raise ValueError(f"{flag} must be >= 0, got {value}")
-    if config.optimizer == "lbsgd" and config.macrobatch_size > config.batch_size:
+    # MXNet's batch_scale: the macro-batch over the batch of all workers (the launcher's count)
+    workers = int(os.environ.get("DMLC_NUM_WORKER", "1")) if "dist" in config.kv_store else 1
+    if config.optimizer == "lbsgd" and config.macrobatch_size > config.batch_size * workers:
         raise ValueError(f"--macrobatch-size {config.macrobatch_size} asks lbsgd to accumulate "
-                         f"gradients over several batches of {config.batch_size}, which mxfp16 "
-                         f"does not do: pass --batch-size {config.macrobatch_size} (split over "
-                         "the devices) or more workers")
+                         f"gradients over several batches of {config.batch_size * workers} "
+                         f"({workers} worker(s)), which mxfp16 does not do: pass --batch-size "
+                         f"{-(-config.macrobatch_size // workers)} or more workers")
     if config.profile_server_suffix:
         raise ValueError(f"--profile-server-suffix {config.profile_server_suffix}: mxfp16 does "
                          "not profile the kvstore servers; pass --profile-worker-suffix FILE to "
