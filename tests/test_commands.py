@@ -223,10 +223,12 @@ def test_gluoncv_resnet18_v1_recipe_on_an_imagenet_folder(imagenet_folder, tmp_p
     recipe = ["--batch-size", "64", "--num-gpus", "4", "-j", "32", "--mode", "hybrid",
               "--num-epochs", "150", "--lr", "0.1", "--momentum", "0.9", "--wd", "0.0001",
               "--lr-decay", "0.1", "--lr-decay-epoch", "30,60,90", "--model", "resnet18_v1"]
-    cpu = ["--num-gpus", "0", "--data-dir", imagenet_folder, "--num-classes", "4", "--top-k", "2"]
+    cpu = ["--num-gpus", "0", "-j", "2", "--data-dir", imagenet_folder, "--num-classes", "4",
+           "--top-k", "2"]
     config = parse("train_imagenet", recipe + cpu)
     assert (config.lr_step_epochs, config.lr_factor, config.mom, config.wd) == \
         ((30, 60, 90), 0.1, 0.9, 0.0001)
+    assert config.num_data_workers == 2  # DataLoader worker processes decode the folder
     assert script("train_imagenet")(recipe + cpu + ["--input-size", "32", "--mode", "imperative"]
                                     + SHORT) == 0
     assert "image folder" in capsys.readouterr().out
