@@ -174,6 +174,38 @@ def test_gluoncv_states_are_matched_by_name_and_checked(tmp_path, capsys):
     assert "pass the parameter file saved with it too" in error_of(capsys)
 
 
+def test_a_gluoncv_float16_run_resumed_in_float32_trains_its_master_weights(tmp_path,
+                                                                           monkeypatch):
+    """GluonCV's --dtype float16 saves float16 weights and (momentum, float32 master) states;
+    a float32 run continues from the master weights, not their float16 rounding."""
+    import pickle
+    params, states, momenta, weights = gluoncv_run(str(tmp_path), steps=1)
+    net = get_network("cifar_resnet20_v1", num_classes=4)
+    net.load_parameters(params)
+    names = sorted(net.collect_params().keys())
+    with open(states, "rb") as saved:
+        float32_states, optimizer = pickle.load(saved)
+    optimizer.multi_precision = True
+    masters = {i: mx.nd.array(weights[structural(names[i])]) + 1e-4 for i in float32_states}
+    with open(states, "wb") as out:  # SGD's multi-precision layout: (momentum, master)
+        pickle.dump(({i: (state, masters[i]) for i, state in float32_states.items()},
+                     optimizer), out)
+    net.cast("float16")
+    net.save_parameters(params)
+    trained = {}
+
+    def spy(trainer, *args, **kwargs):
+        load_gluoncv_states(trainer, *args, **kwargs)
+        trained.update({structural(p.name): p.data().asnumpy() for p in trainer._params})
+    load_gluoncv_states = loop.load_gluoncv_states
+    monkeypatch.setattr(loop, "load_gluoncv_states", spy)
+    argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "1",
+                    "--num-epochs", "2", "--benchmark", "1", "--num-examples", "8"] + SHORT[2:]
+    assert load_script_main("train_imagenet")(argv) == 0
+    for i in float32_states:
+        assert np.array_equal(trained[structural(names[i])], masters[i].asnumpy())
+
+
 def test_gluoncv_nag_states_continue_with_nag_when_no_optimizer_is_given(tmp_path, capsys):
     params, states, _, _ = gluoncv_run(str(tmp_path), steps=1, optimizer="nag")  # GluonCV's
     argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "1",

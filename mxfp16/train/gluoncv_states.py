@@ -5,7 +5,9 @@ gluon.Trainer keys each parameter's state by the parameter's position in its lis
 names of ``net.collect_params()``.  GluonCV's file follows its network's order; the run's Trainer
 has its own, so the states are matched by name.  A float32 run's states become the float16 layout
 when the run trains in float16 (:func:`mxfp16.optimizers.adapt_states`), with the float32 weights
-of ``--resume-params`` as master weights, not their float16 rounding.
+of ``--resume-params`` as master weights, not their float16 rounding; a float16 run's master
+weights become the weights of parameters that train in float32 (all of them in a float32 run,
+BatchNorm's in a float16 one).
 """
 import os
 import pickle
@@ -102,13 +104,18 @@ def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values):
         load_trainer_states(trainer, staged)
     finally:
         os.remove(staged)
+    saved_masters = {index: master_weight(trainer.optimizer, state)  # of a float16 run
+                     for index, state in states.items()}
     restore_multi_precision(trainer.optimizer, dtype)
     for updater in mxnet_internals.trainer_updaters(trainer):
         saved = dict(updater.states)
         adapt_states(updater, params)
         for index, state in updater.states.items():
+            if state is saved[index]:
+                continue
             master = master_weight(updater.optimizer, state)
-            added = state is not saved[index]  # a float32 run's state, given a master copy here
-            if added and master is not None and params[index].name in master_values:
+            if master is not None and params[index].name in master_values:  # a master added
                 master[:] = master_values[params[index].name].as_in_context(master.context)
+            elif master is None and saved_masters.get(index) is not None:  # a master dropped
+                params[index].set_data(saved_masters[index].astype(params[index].dtype))
     mxnet_internals.restart_update_counts(trainer.optimizer, fresh.begin_num_update)
