@@ -255,6 +255,30 @@ def test_num_training_samples_sets_the_epoch_of_the_lr_schedule(tmp_path, monkey
     assert [round(seen["scheduler"](n), 6) for n in (10, 11)] == [0.1, 0.01]
 
 
+@pytest.mark.parametrize("extra, schedule_batches", [
+    (["--num-examples", "30"], 8),  # MXNet fit.py: ceil(30 / 1 worker / batch 4)
+    ([], 3),  # no flag: the data's own epoch, 12 training images in batches of 4
+])
+def test_num_examples_sets_the_lr_schedule_epoch_as_mxnet_fit_does(tmp_path, monkeypatch, capsys,
+                                                                   extra, schedule_batches):
+    write_image_folder(str(tmp_path / "images"), images_per_class=4)
+    seen = {}
+
+    def spy(api, data, **kwargs):
+        seen["batches"], seen["scheduler"] = data.batches_per_epoch, api.optimizer.lr_scheduler
+        return {"epoch": 0, "top1": None, "topk": None, "img_per_sec": 0.0, "loss_scale": 1.0,
+                "num_skipped": 0}
+    monkeypatch.setattr(loop, "fit", spy)
+    argv = SMALL + ["--data-dir", str(tmp_path / "images"), "--val-fraction", "0.25",
+                    "--batch-size", "4", "--num-epochs", "3", "--lr-step-epochs", "1",
+                    "--lr", "0.1"] + extra
+    assert load_script_main("train_imagenet")(argv) == 0
+    assert seen["batches"] == 3
+    last, first = schedule_batches, schedule_batches + 1  # last update of epoch 0, first of 1
+    assert [round(seen["scheduler"](n), 6) for n in (last, first)] == [0.1, 0.01]
+    assert ("lr schedule: 8 batches per epoch" in capsys.readouterr().out) == bool(extra)
+
+
 def test_every_flag_of_the_mxnet_example_is_recognised():
     parser = load_script_main("train_imagenet").__globals__["get_args_parser"]()
     for flag, value in EXAMPLE_FLAGS.items():

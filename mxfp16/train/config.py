@@ -57,7 +57,8 @@ class TrainConfig:
     data_dir: str = None
     val_fraction: float = 0.2
     benchmark: int = 0
-    num_examples: int = IMAGENET_TRAIN_IMAGES
+    # None: the synthetic epoch is ImageNet's, and real data counts its own images.
+    num_examples: int = None
     data_nthreads: int = 4
     gpus: str = ""
     cpus: int = None
@@ -396,7 +397,7 @@ _NON_NEGATIVE = ("warmup_epochs", "max_batches", "wd", "label_smoothing")
 
 def _check_numbers(config):
     for name in _POSITIVE_INTS:
-        if getattr(config, name) < 1:
+        if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(config, name)}")
     for name in _NON_NEGATIVE:
         if getattr(config, name) < 0:

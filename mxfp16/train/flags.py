@@ -99,7 +99,10 @@ def _add_data_arguments(parser, d):
     group.add_argument("--benchmark", type=int, default=d.benchmark,
                        help=f"1: synthetic data whatever the data flags (default: {d.benchmark})")
     group.add_argument("--num-examples", type=int, default=d.num_examples,
-                       help=f"images per epoch of synthetic data (default: {d.num_examples})")
+                       help="images per epoch: synthetic data's epoch; with real data, the lr "
+                            "schedule's epoch length, as in MXNet's fit.py (default: "
+                            + (f"{d.num_examples})" if d.num_examples else
+                               "1281167 for synthetic data; real data counts its images)"))
     group.add_argument("--data-nthreads", type=int, default=d.data_nthreads,
                        help=f"decoding threads for .rec files (default: {d.data_nthreads})")
     group.add_argument("-j", "--num-data-workers", type=int, default=d.num_data_workers,

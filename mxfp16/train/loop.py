@@ -12,6 +12,7 @@ same loop, no branches.  A step waits on the device at most once: for the overfl
 enabled loss scaler; the metrics are read back every ``--disp-batches`` batches.
 """
 import logging
+import math
 import random
 
 import mxnet as mx
@@ -22,7 +23,7 @@ from ..loss_scaling import make_loss_scaler
 from ..models import new_network
 from .checkpoint import StartPoint, resume_run, save_checkpoint
 from .compat import worker_profile
-from .config import contexts
+from .config import IMAGENET_TRAIN_IMAGES, contexts
 from .data import load_data
 from .gluon_api import GluonAPI
 from .gluoncv_states import load_gluoncv_states
@@ -208,11 +209,27 @@ def _warn_batch_size(batch_size, dtype):
 
 
 def schedule_batches(config, data, num_workers=1):
-    """Batches per epoch of the lr schedule: GluonCV's ``--num-training-samples // batch`` when
-    given with real data (the batch of all workers), else the data's own epoch."""
-    if config.num_training_samples is None or config.synthetic:
-        return data.batches_per_epoch
-    return max(config.num_training_samples // (config.batch_size * num_workers), 1)
+    """Batches per epoch of the lr schedule, and why, with real data: GluonCV's
+    ``--num-training-samples // batch`` (the batch of all workers), else MXNet fit.py's
+    ``ceil(--num-examples / workers / batch)`` when ``--num-examples`` is given, else the data's own
+    epoch (also for synthetic data, whose epoch those flags already set).
+
+    Returns
+    -------
+    tuple
+        ``(batches, reason)``; ``reason`` is None for the data's own epoch.
+    """
+    if config.synthetic:
+        return data.batches_per_epoch, None
+    if config.num_training_samples is not None:
+        total = config.batch_size * num_workers
+        return (max(config.num_training_samples // total, 1),
+                f"--num-training-samples {config.num_training_samples} // batch {total}")
+    if config.num_examples is not None:
+        batches = math.ceil(config.num_examples // num_workers / config.batch_size)
+        return max(batches, 1), (f"--num-examples {config.num_examples} / {num_workers} "
+                                 f"worker(s) / batch {config.batch_size}, rounded up")
+    return data.batches_per_epoch, None
 
 
 def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
@@ -287,7 +304,7 @@ def train(config, network=None, metrics_path=None, states_order=None):
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
                                 optimizer=config.optimizer, num_epochs=config.num_epochs,
                                 model_prefix=config.model_prefix)
-    per_epoch = schedule_batches(config, data, num_workers)
+    per_epoch, reason = schedule_batches(config, data, num_workers)
     # GluonCV's files and --resume-epoch, or the epoch of an MXNet example's checkpoint
     if not config.resume and (config.resume_epoch or config.resume_params):
         start = StartPoint(config.resume_epoch, config.resume_epoch * per_epoch,
@@ -296,9 +313,9 @@ def train(config, network=None, metrics_path=None, states_order=None):
     log.info("training %s in %s with the %s API on %s (%d worker(s)): %s, %d batches of %d "
              "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
              num_workers, data.description, data.batches_per_epoch, config.batch_size)
-    if per_epoch != data.batches_per_epoch:
-        log.info("lr schedule: %d batches per epoch (--num-training-samples %d // batch %d)",
-                 per_epoch, config.num_training_samples, config.batch_size * num_workers)
+    if reason:
+        log.info("lr schedule: %d batches per epoch (%s); the data's epoch has %d", per_epoch,
+                 reason, data.batches_per_epoch)
     api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start,
                     per_epoch=per_epoch)
     if config.monitor:  # MXNet example's --monitor N
@@ -321,7 +338,8 @@ def data_settings(config):
                 data_train_idx=config.data_train_idx, data_val=config.data_val,
                 data_val_idx=config.data_val_idx, data_dir=config.data_dir,
                 val_fraction=config.val_fraction, synthetic=config.synthetic,
-                num_examples=config.num_examples, num_threads=config.data_nthreads,
+                num_examples=config.num_examples or IMAGENET_TRAIN_IMAGES,
+                num_threads=config.data_nthreads,
                 seed=config.seed, max_batches=config.max_batches,
                 augmentation=config.augmentation, crop_ratio=config.crop_ratio,
                 num_workers=config.num_data_workers or 0)
