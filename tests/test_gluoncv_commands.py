@@ -235,8 +235,8 @@ def test_num_data_workers_decodes_an_image_folder_in_worker_processes(tmp_path, 
     assert "lr schedule: 10 batches per epoch" in out
 
 
-def test_num_training_samples_sets_the_epoch_of_the_lr_schedule(tmp_path, monkeypatch, capsys):
-    write_image_folder(str(tmp_path / "images"), images_per_class=4)  # 4 classes: 12 + 4 images
+def spy_on_fit(monkeypatch):
+    """Replace the training by a record of the data's epoch and the optimizer's lr schedule."""
     seen = {}
 
     def spy(api, data, **kwargs):
@@ -244,6 +244,12 @@ def test_num_training_samples_sets_the_epoch_of_the_lr_schedule(tmp_path, monkey
         return {"epoch": 0, "top1": None, "topk": None, "img_per_sec": 0.0, "loss_scale": 1.0,
                 "num_skipped": 0}
     monkeypatch.setattr(loop, "fit", spy)
+    return seen
+
+
+def test_num_training_samples_sets_the_epoch_of_the_lr_schedule(tmp_path, monkeypatch, capsys):
+    write_image_folder(str(tmp_path / "images"), images_per_class=4)  # 4 classes: 12 + 4 images
+    seen = spy_on_fit(monkeypatch)
     argv = SMALL + ["--data-dir", str(tmp_path / "images"), "--val-fraction", "0.25",
                     "--num-training-samples", "40", "--batch-size", "4", "--num-epochs", "3",
                     "--lr-step-epochs", "1", "--lr", "0.1"]
@@ -262,13 +268,7 @@ def test_num_training_samples_sets_the_epoch_of_the_lr_schedule(tmp_path, monkey
 def test_num_examples_sets_the_lr_schedule_epoch_as_mxnet_fit_does(tmp_path, monkeypatch, capsys,
                                                                    extra, schedule_batches):
     write_image_folder(str(tmp_path / "images"), images_per_class=4)
-    seen = {}
-
-    def spy(api, data, **kwargs):
-        seen["batches"], seen["scheduler"] = data.batches_per_epoch, api.optimizer.lr_scheduler
-        return {"epoch": 0, "top1": None, "topk": None, "img_per_sec": 0.0, "loss_scale": 1.0,
-                "num_skipped": 0}
-    monkeypatch.setattr(loop, "fit", spy)
+    seen = spy_on_fit(monkeypatch)
     argv = SMALL + ["--data-dir", str(tmp_path / "images"), "--val-fraction", "0.25",
                     "--batch-size", "4", "--num-epochs", "3", "--lr-step-epochs", "1",
                     "--lr", "0.1"] + extra
