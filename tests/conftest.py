@@ -4,9 +4,11 @@ import importlib.util
 import os
 
 import cv2
+import mxnet as mx
 import numpy as np
 import pytest
 
+from mxfp16.train.data import synthetic_iter
 from mxfp16.train.prepare import prepare_dataset
 
 #: Class name -> dominant colour (BGR, as cv2 writes).  The classes differ in colour, so a tiny network
@@ -64,3 +66,28 @@ def load_script_main(name):
 def script_main():
     """A loader of script entry points: ``script_main("prepare_data")(["root", "out"])``."""
     return load_script_main
+
+
+class PoisonedIter(mx.io.DataIter):
+    """Synthetic batches; in those of ``poisoned``, the images from row ``first_row`` on hold values
+    that overflow float16 (inf gradients): all of them by default, or only the part of the batch
+    that lands on the second of two devices with ``first_row=batch_size // 2``."""
+
+    def __init__(self, num_batches, poisoned, batch_size, image_shape, first_row=0):
+        super().__init__(batch_size)
+        self._data = synthetic_iter(batch_size, image_shape, 4, num_batches, seed=1)
+        self._poisoned, self._index = set(poisoned), 0
+        self._scale = mx.nd.array([1.0] * first_row + [1e6] * (batch_size - first_row)).reshape(
+            (batch_size, 1, 1, 1))
+        self.provide_data, self.provide_label = self._data.provide_data, self._data.provide_label
+
+    def reset(self):
+        self._data.reset()
+        self._index = 0
+
+    def next(self):
+        batch = self._data.next()
+        if self._index in self._poisoned:
+            batch = mx.io.DataBatch([batch.data[0] * self._scale], batch.label, pad=0)
+        self._index += 1
+        return batch

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mxfp16
+from conftest import PoisonedIter
 from mxfp16 import mxnet_internals
 from mxfp16.models import Network, new_network
 from mxfp16.train import gluon_api, loop, metrics, module_api
@@ -16,25 +17,8 @@ IMAGE_SHAPE = (3, 16, 16)
 BATCH = 8
 
 
-class PoisonedIter(mx.io.DataIter):
-    """Synthetic batches; those in ``poisoned`` hold values that overflow float16 (inf gradients)."""
-
-    def __init__(self, num_batches, poisoned):
-        super().__init__(BATCH)
-        self._data = synthetic_iter(BATCH, IMAGE_SHAPE, 4, num_batches, seed=1)
-        self._poisoned, self._index = set(poisoned), 0
-        self.provide_data, self.provide_label = self._data.provide_data, self._data.provide_label
-
-    def reset(self):
-        self._data.reset()
-        self._index = 0
-
-    def next(self):
-        batch = self._data.next()
-        if self._index in self._poisoned:
-            batch = mx.io.DataBatch([batch.data[0] * 1e6], batch.label, pad=0)
-        self._index += 1
-        return batch
+def poisoned_iter(num_batches, poisoned):
+    return PoisonedIter(num_batches, poisoned, BATCH, IMAGE_SHAPE)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +42,7 @@ def test_an_overflow_storm_is_skipped_counted_and_logged_and_training_goes_on(
         network, api_type, caplog):
     scaler = mxfp16.DynamicLossScaler(init_scale=16.0, growth_interval=1000)
     with caplog.at_level(logging.WARNING, logger="mxfp16"):
-        stats, optimizer = run_epoch(api_type, network, scaler, PoisonedIter(8, poisoned=(2, 3, 4)))
+        stats, optimizer = run_epoch(api_type, network, scaler, poisoned_iter(8, poisoned=(2, 3, 4)))
     assert stats["skipped_steps"] == scaler.num_skipped == 3
     assert scaler.loss_scale == 2.0  # 16 halved three times
     assert optimizer.num_update == 5  # the other five steps updated the weights
@@ -74,7 +58,7 @@ def test_an_overflow_storm_is_skipped_counted_and_logged_and_training_goes_on(
 def test_a_storm_that_never_ends_collapses(network):
     scaler = mxfp16.DynamicLossScaler(init_scale=2.0, max_consecutive_skips=3)
     with pytest.raises(mxfp16.LossScaleCollapse, match="3 steps in a row overflowed"):
-        run_epoch(gluon_api.GluonAPI, network, scaler, PoisonedIter(8, poisoned=range(8)))
+        run_epoch(gluon_api.GluonAPI, network, scaler, poisoned_iter(8, poisoned=range(8)))
 
 
 def test_load_data_chooses_the_source_and_shards_records_evenly(rec_files, image_folder):

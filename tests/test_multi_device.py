@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 import mxfp16
-from conftest import load_script_main
+from conftest import PoisonedIter, load_script_main
 from mxfp16 import mxnet_internals
 from mxfp16.models import new_network
 from mxfp16.train import checkpoint, config, loop, runner
 from mxfp16.train.config import TrainConfig, device_line
-from mxfp16.train.data import synthetic_iter
 from mxfp16.train.gluon_api import GluonAPI
 from mxfp16.train.module_api import ModuleAPI
 
@@ -172,27 +171,10 @@ def test_two_cpus_train_float32_and_bfloat16(train_imagenet, runs, tmp_path, api
     assert_devices_identical(trained)
 
 
-class HalfPoisonedIter(mx.io.DataIter):
-    """Synthetic batches of 8; in those of ``poisoned`` the second half, which lands on the second
-    device, holds values that overflow float16 (inf gradients there only)."""
-
-    def __init__(self, num_batches, poisoned):
-        super().__init__(8)
-        self._data = synthetic_iter(8, IMAGE_SHAPE, 4, num_batches, seed=1)
-        self._poisoned, self._index = set(poisoned), 0
-        self.provide_data, self.provide_label = self._data.provide_data, self._data.provide_label
-
-    def reset(self):
-        self._data.reset()
-        self._index = 0
-
-    def next(self):
-        batch = self._data.next()
-        if self._index in self._poisoned:
-            scale = mx.nd.array([1.0] * 4 + [1e6] * 4).reshape((8, 1, 1, 1))
-            batch = mx.io.DataBatch([batch.data[0] * scale], batch.label, pad=0)
-        self._index += 1
-        return batch
+def half_poisoned_iter(num_batches, poisoned):
+    """Batches of 8 whose second half, which lands on the second device, overflows in
+    ``poisoned``."""
+    return PoisonedIter(num_batches, poisoned, 8, IMAGE_SHAPE, first_row=4)
 
 
 @pytest.mark.parametrize("api_type", [GluonAPI, ModuleAPI], ids=["gluon", "module"])
@@ -205,7 +187,7 @@ def test_an_overflow_on_one_device_skips_the_step_on_every_device(api_type):
                    kvstore="device", optimizer="sgd",
                    optimizer_params={"learning_rate": 0.1, "momentum": 0.9}, **extra)
     before = {name: [a.asnumpy() for a in copies] for name, copies in trained_arrays(api).items()}
-    poisoned = HalfPoisonedIter(4, poisoned=(0,))
+    poisoned = half_poisoned_iter(4, poisoned=(0,))
     first_half, second_half = api.split(poisoned.next().data[0])[0].split(2, axis=0) \
         if api_type is ModuleAPI else api.split(poisoned.next().data[0])
     assert np.abs(first_half.asnumpy()).max() < 1e3 <= np.abs(second_half.asnumpy()).max()
@@ -217,7 +199,7 @@ def test_an_overflow_on_one_device_skips_the_step_on_every_device(api_type):
         for device, array in enumerate(copies):
             assert np.array_equal(array.asnumpy(), before[name][device]), (name, device)
 
-    stats = loop.train_one_epoch(api, HalfPoisonedIter(3, poisoned=(1,)), num_classes=4,
+    stats = loop.train_one_epoch(api, half_poisoned_iter(3, poisoned=(1,)), num_classes=4,
                                  batch_size=8, num_batches=3)
     assert stats["skipped_steps"] == 1 and scaler.num_skipped == 2 and scaler.loss_scale == 4.0
     assert api.optimizer.num_update == 2
