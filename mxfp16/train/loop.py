@@ -262,6 +262,29 @@ def _epoch_settings(config, num_workers):
                 mixup_until=config.num_epochs - config.mixup_off_epoch)
 
 
+def _start_point(config, network, scaler, per_epoch, states_order):
+    """The network and :class:`~mxfp16.train.checkpoint.StartPoint` of the run: a checkpoint's
+    (``--resume``), GluonCV's files and ``--resume-epoch`` or an MXNet example checkpoint's epoch,
+    else the start of training."""
+    network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
+                                optimizer=config.optimizer, num_epochs=config.num_epochs,
+                                model_prefix=config.model_prefix)
+    if not config.resume and (config.resume_epoch or config.resume_params):
+        start = StartPoint(config.resume_epoch, config.resume_epoch * per_epoch,
+                           config.resume_states, states_order)
+    return network, start
+
+
+def _log_run(config, data, ctx, num_workers, per_epoch, reason):
+    _warn_batch_size(config.batch_size, config.dtype)
+    log.info("training %s in %s with the %s API on %s (%d worker(s)): %s, %d batches of %d "
+             "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
+             num_workers, data.description, data.batches_per_epoch, config.batch_size)
+    if reason:
+        log.info("lr schedule: %d batches per epoch (%s); the data's epoch has %d", per_epoch,
+                 reason, data.batches_per_epoch)
+
+
 def train(config, network=None, metrics_path=None, states_order=None):
     """Run the training a checked :class:`~mxfp16.train.config.TrainConfig` describes.
 
@@ -301,21 +324,9 @@ def train(config, network=None, metrics_path=None, states_order=None):
     if network is None:
         network = new_network(config.network, config.num_classes, config.image_shape,
                               **config.network_settings)
-    network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
-                                optimizer=config.optimizer, num_epochs=config.num_epochs,
-                                model_prefix=config.model_prefix)
     per_epoch, reason = schedule_batches(config, data, num_workers)
-    # GluonCV's files and --resume-epoch, or the epoch of an MXNet example's checkpoint
-    if not config.resume and (config.resume_epoch or config.resume_params):
-        start = StartPoint(config.resume_epoch, config.resume_epoch * per_epoch,
-                           config.resume_states, states_order)
-    _warn_batch_size(config.batch_size, config.dtype)
-    log.info("training %s in %s with the %s API on %s (%d worker(s)): %s, %d batches of %d "
-             "per epoch", config.run_name, config.dtype, config.api, ",".join(map(str, ctx)),
-             num_workers, data.description, data.batches_per_epoch, config.batch_size)
-    if reason:
-        log.info("lr schedule: %d batches per epoch (%s); the data's epoch has %d", per_epoch,
-                 reason, data.batches_per_epoch)
+    network, start = _start_point(config, network, scaler, per_epoch, states_order)
+    _log_run(config, data, ctx, num_workers, per_epoch, reason)
     api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start,
                     per_epoch=per_epoch)
     if config.monitor:  # MXNet example's --monitor N
