@@ -19,9 +19,10 @@ from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
 from . import mxnet_internals
 from .cast_network import CastBlock
-from .dtypes import FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode
+from .dtypes import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, EXACT_CONSTANT_OPS, FLOAT32_OPS,
+                     INDEX_INPUTS, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
-from .graph import (MARK, GraphRewriter, internal_dtypes, node_dtype, strip,
+from .graph import (MARK, MARK_CREATED, GraphRewriter, entry_dtypes, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
 _CONDITIONAL_FLOAT32 = {op: (attr, values)
@@ -43,9 +44,44 @@ def _created_dtype(node):
     return "float32" if dtype == "None" else dtype
 
 
+def _target_dtype(node):
+    """The dtype an op with inputs runs in, in the float16 graph."""
+    return node_dtype(node) or ("float32" if _runs_in_float32(node) else "float16")
+
+
+def _consumer_dtypes(rw):
+    """``{old node id: set of dtypes its consumers run in}``, index inputs left out."""
+    wanted = {}
+    for node in rw.old_nodes:
+        if node["op"] == "null" or not node["inputs"]:
+            continue
+        skip = INDEX_INPUTS.get(node["op"], ())
+        for position, entry in enumerate(node["inputs"]):
+            if position not in skip:
+                wanted.setdefault(entry[0], set()).add(_target_dtype(node))
+    return wanted
+
+
+def _created(node, consumers):
+    """An op without inputs as the float16 graph creates it: zeros and ones directly in the one
+    dtype their consumers run in (a recurrent begin state needs float16, with no cast), anything
+    else (random samplers, arange) in its own dtype, cast where it meets float16 ops."""
+    if node["op"] in EXACT_CONSTANT_OPS and len(consumers) == 1:
+        attrs = node.get("attrs", {})
+        return dict(node, attrs=dict(attrs, dtype=next(iter(consumers)),
+                                     **{MARK_CREATED: attrs.get("dtype", "None")}))
+    return node
+
+
 def _cast_whole_graph(sym, data_names):
-    """The GPU float16 graph of the MXNet float16 guide (no emulation)."""
+    """The GPU float16 graph of the MXNet float16 guide (no emulation).
+
+    Every op runs in float16 but those of :data:`~mxfp16.dtypes.FLOAT32_OPS`, which take float32
+    and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
+    (softmax between two batch_dots, LayerNorm between GEMMs).
+    """
     rw = GraphRewriter(sym)
+    consumers = _consumer_dtypes(rw)
     kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "null":
@@ -54,12 +90,13 @@ def _cast_whole_graph(sym, data_names):
             kind[new_id] = "float32" if is_data else None
             continue
         if not node["inputs"]:  # its dtype attribute decides, not the float16 rule
+            node = _created(node, consumers.get(old_id, set()))
             kind[rw.emit(node, [], old_id)] = _created_dtype(node)
             continue
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         target = node_dtype(node)
         if target is None:
-            target = "float32" if _runs_in_float32(node) else "float16"
+            target = _target_dtype(node)
             other = {"float32": "float16", "float16": "float32"}[target]
             skip = INDEX_INPUTS.get(node["op"], ())
             inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
@@ -90,13 +127,40 @@ def _outputs_to_float32(sym, data_names):
     return rw.to_symbol(heads)
 
 
+def _lacks_bfloat16_kernel(op):
+    """Whether MXNet 1.9.1 cannot run ``op`` in bfloat16 on a CPU although AMP may leave it so."""
+    return op in BFLOAT16_FLOAT32_GEMMS or (
+        op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
+
+
+def _bfloat16_kernels_only(sym, data_names):
+    """Cast the bfloat16 inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the
+    interleaved attention matmuls) to float32; AMP's widest-type rule would leave them bfloat16."""
+    types = entry_dtypes(sym, data_names)
+    rw = GraphRewriter(sym, drop_inserted=False)
+    for old_id, node in rw.nodes_in_order():
+        if node["op"] == "null" or not _lacks_bfloat16_kernel(node["op"]):
+            rw.copy(old_id, node)
+            continue
+        inputs = [rw.input_entry(e) for e in node["inputs"]]
+        names = [(rw.old_nodes[e[0]]["name"], e[1]) for e in node["inputs"]]
+        inputs = [rw.cast(entry, "float32") if types.get(name) not in (None, "float32", "float64")
+                  and not types.get(name, "").startswith("int") else entry
+                  for entry, name in zip(inputs, names)]
+        rw.emit(node, inputs, old_id)
+    return rw.to_symbol(rw.heads())
+
+
 def _cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists; outputs come back as float32."""
     plain = strip(sym, data_names)
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))
-    return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
+    converted = _mark_new_casts(converted, before)
+    if dtype == "bfloat16":
+        converted = _bfloat16_kernels_only(converted, data_names)
+    return _outputs_to_float32(converted, data_names)
 
 
 def _describe(value):

@@ -3,6 +3,7 @@
 Each rule carries the reason it exists.  The float32 op list is MXNet's own AMP list
 (:mod:`mxnet.contrib.amp.lists.symbol_fp16`), not a copy of it, so it follows the installed MXNet.
 """
+from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
 #: Training dtypes mxfp16 understands.
@@ -61,6 +62,18 @@ GEMM_OPS = frozenset({
     "_linalg_gemm", "_linalg_gemm2", "linalg_gemm", "linalg_gemm2", "_npi_matmul", "_npi_dot",
 })
 
+#: Ops MXNet's AMP bfloat16 pass knows (any of its lists); an op it does not know keeps whatever dtype
+#: reaches it, and MXNet 1.9.1's CPU kernels of such ops (the interleaved attention matmuls) are
+#: float32-only.
+BFLOAT16_LISTED_OPS = frozenset(
+    _bf16_lists.BF16_FUNCS + _bf16_lists.BF16_FP32_FUNCS + _bf16_lists.FP32_FUNCS
+    + _bf16_lists.WIDEST_TYPE_CASTS + [rule[0] for rule in _bf16_lists.CONDITIONAL_FP32_FUNCS])
+
+#: Ops the bfloat16 graph runs in float32 although AMP's bfloat16 pass would leave them bfloat16:
+#: GEMMs outside its bfloat16 list (batch_dot and dot are "widest type" ops there, but their CPU
+#: kernels are float32-only: "dot only supports float32/float64 for CPU").
+BFLOAT16_FLOAT32_GEMMS = GEMM_OPS - frozenset(_bf16_lists.BF16_FUNCS)
+
 #: Inputs that hold integer indices, by op and input position: casting them to float16 would round
 #: indices above 2048.
 INDEX_INPUTS = {
@@ -76,7 +89,14 @@ GRID_PRESERVING_OPS = frozenset({
     "SliceChannel", "split", "slice", "slice_axis", "Concat", "concat", "_copy", "identity",
     "max", "min", "_maximum", "_minimum", "broadcast_maximum", "broadcast_minimum", "SwapAxis",
     "swapaxes", "tile", "repeat", "Crop", "Pad", "pad", "reverse", "_contrib_BilinearResize2D_none",
+    "_rnn_param_concat", "stack", "SequenceReverse", "SequenceLast", "take", "pick", "Embedding",
+    "broadcast_to", "broadcast_like", "broadcast_axis", "slice_like",
 })
+
+#: Ops without inputs that create values exactly representable in float16 and bfloat16 (zeros and
+#: ones): recurrent begin states and masks.  They can be created in the dtype their consumers need,
+#: instead of being created float32 and cast.
+EXACT_CONSTANT_OPS = frozenset({"_zeros", "_ones", "_zeros_without_dtype"})
 
 #: Ops that produce the float16 grid only with some attribute values (op -> (attribute, values)).
 CONDITIONAL_GRID_PRESERVING_OPS = {

@@ -25,7 +25,8 @@ import logging
 
 import mxnet as mx
 
-from .dtypes import (CONDITIONAL_GRID_PRESERVING_OPS, GEMM_OPS, GRID_PRESERVING_OPS, INDEX_INPUTS)
+from .dtypes import (CONDITIONAL_GRID_PRESERVING_OPS, EXACT_CONSTANT_OPS, GEMM_OPS,
+                     GRID_PRESERVING_OPS, INDEX_INPUTS)
 from .graph import DTYPE_CODES, GraphRewriter, node_dtype, without_dtype
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,12 @@ class _Emulator:
         self.half_params = set()  # new node ids of float16 parameters
         self.on_grid = set()  # new node ids whose outputs already are float16 values
         self.inputs = set()  # new node ids of the data inputs, of any float dtype
+        # New node ids whose shape may be known only from their consumers: parameters (deferred
+        # initialization; the flat parameter vector of an RNN), ops without inputs (a begin state
+        # made by ``zeros(shape=(layers, 0, hidden))``) and what is computed from them.  The fused
+        # rounding op infers shapes forward only, so these are rounded with the Cast pair, which
+        # infers them both ways.
+        self.partial = set()
 
     def use(self, old_entry):
         """The float32 entry a consumer reads for an old entry."""
@@ -99,13 +106,15 @@ class _Emulator:
         if entry[0] in self.half_params:
             cast = self.rw.cast(entry, "float32")
             self.on_grid.add(cast[0])
+            self.partial.add(cast[0])
             return cast
         return entry
 
     def round(self, entry):
         if entry[0] in self.on_grid:
             return entry
-        out = self.rw.round_to_float16(entry, any_dtype=entry[0] in self.inputs)
+        cast_pair = entry[0] in self.inputs or entry[0] in self.partial
+        out = self.rw.round_to_float16(entry, any_dtype=cast_pair)
         self.on_grid.add(out[0])
         return out
 
@@ -120,13 +129,27 @@ class _Emulator:
         if is_data:
             self.rounded.add(new_id)
             self.inputs.add(new_id)
+        else:
+            self.partial.add(new_id)
 
     def runs_in_float16(self, node):
         name = node["name"]
         return "float16" in (self.plan.get(f"{name}_output"), self.plan.get(f"{name}_output0"))
 
+    def created(self, old_id, node):
+        """An op without inputs (zeros, random samplers, arange), copied; zeros and ones are on
+        the float16 grid already."""
+        new_id = self.rw.emit(node, [], old_id)
+        self.partial.add(new_id)
+        if node["op"] in EXACT_CONSTANT_OPS:
+            self.on_grid.add(new_id)
+
     def operator(self, old_id, node):
-        inputs = [self.use(e) for e in node["inputs"]]
+        skip = INDEX_INPUTS.get(node["op"], ())
+        # Index inputs (token ids) are read as they are: rounding would change ids above 2048.
+        inputs = [self.rw.input_entry(e) if i in skip else self.use(e)
+                  for i, e in enumerate(node["inputs"])]
+        values = [e for i, e in enumerate(inputs) if i not in skip]
         cast_to = node_dtype(node)
         if cast_to == "float16":  # a cast the graph already had becomes a rounding
             self.rw.replace(old_id, self.round(inputs[0]))
@@ -136,18 +159,21 @@ class _Emulator:
             return
         gemm = node["op"] in GEMM_OPS and self.runs_in_float16(node)
         if gemm:
-            skip = INDEX_INPUTS.get(node["op"], ())
             inputs = [e if i in skip else self.round(e) for i, e in enumerate(inputs)]
         new_id = self.rw.emit(node, inputs, old_id)
+        if values and values[0][0] in self.partial:  # the first input decides most output shapes
+            self.partial.add(new_id)
         if gemm:
             self.rounded.add(new_id)
-        elif is_grid_preserving(node) and all(e[0] in self.on_grid for e in inputs):
+        elif is_grid_preserving(node) and all(e[0] in self.on_grid for e in values):
             self.on_grid.add(new_id)
 
     def run(self):
         for old_id, node in self.rw.nodes_in_order():
             if node["op"] == "null":
                 self.variable(old_id, node)
+            elif not node["inputs"]:
+                self.created(old_id, node)
             else:
                 self.operator(old_id, node)
         return self.rw.to_symbol([self.use(head) for head in self.rw.old_heads])

@@ -14,6 +14,10 @@ from . import fastround
 #: Attribute that marks the nodes mxfp16 inserts, so a second cast can take them out first.
 MARK = "__mxfp16__"
 
+#: Attribute holding the dtype an op without inputs had before a cast created it in another one, so a
+#: second cast starts from the original.
+MARK_CREATED = "__mxfp16_created_dtype__"
+
 #: MXNet's type codes, as ``mx.sym.var(dtype=...)`` writes them into ``__dtype__``.
 DTYPE_CODES = {"float32": "0", "float16": "2"}
 
@@ -51,6 +55,10 @@ class GraphRewriter:
                 for index, old_input in enumerate(node["inputs"]):
                     self._override[(old_id, index)] = self.input_entry(old_input)
                 continue
+            if self.drop_inserted and MARK_CREATED in node.get("attrs", {}):
+                attrs = dict(node["attrs"])
+                attrs["dtype"] = attrs.pop(MARK_CREATED)
+                node = dict(node, attrs=attrs)
             yield old_id, node
 
     def input_entry(self, old_entry):
@@ -199,3 +207,42 @@ def internal_dtypes(sym, input_dtypes):
     named = list(named) + list(zip(sym.list_arguments(), arg_types))
     named += list(zip(sym.list_auxiliary_states(), aux_types))
     return {name: np.dtype(t).name for name, t in named if t is not None}
+
+
+def entry_dtypes(sym, input_dtypes):
+    """Dtype names of every node output of ``sym``, keyed ``(node name, output index)``.
+
+    The key is what a graph entry ``[node id, output index, version]`` names, so a rewrite can look
+    up the dtype of each input of a node.  bfloat16 shows as numpy's ``'void16'``.
+
+    Parameters
+    ----------
+    sym : mx.sym.Symbol
+    input_dtypes : dict of str to str, or sequence of str
+        As in :func:`internal_dtypes`.
+
+    Returns
+    -------
+    dict of (str, int) to str
+        Types MXNet cannot infer are left out.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> halves = mx.sym.split(mx.sym.Cast(mx.sym.var('x'), dtype='float16'), 2, name='split')
+    >>> entry_dtypes(halves, ['x'])[('split', 1)]
+    'float16'
+    """
+    if not isinstance(input_dtypes, dict):
+        input_dtypes = {name: "float32" for name in input_dtypes}
+    internals = sym.get_internals()
+    _, out_types, _ = internals.infer_type_partial(**input_dtypes)
+    dtypes, seen = {}, {}
+    # The internals list every node's visible outputs in order, each named after its node.
+    for position, out_type in enumerate(out_types):
+        name = internals[position].name
+        index = seen[name] = seen.get(name, -1) + 1
+        if out_type is not None:
+            dtypes[(name, index)] = np.dtype(out_type).name
+    return dtypes
+
