@@ -19,10 +19,10 @@ from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
 from . import mxnet_internals
 from .cast_network import CastBlock
-from .dtypes import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, EXACT_CONSTANT_OPS, FLOAT32_OPS,
-                     INDEX_INPUTS, check_dtype, check_mode)
+from .dtypes import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
+                     FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
-from .graph import (MARK, MARK_CREATED, GraphRewriter, entry_dtypes, internal_dtypes, node_dtype, strip,
+from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
 _CONDITIONAL_FLOAT32 = {op: (attr, values)
@@ -67,10 +67,43 @@ def _created(node, consumers):
     dtype their consumers run in (a recurrent begin state needs float16, with no cast), anything
     else (random samplers, arange) in its own dtype, cast where it meets float16 ops."""
     if node["op"] in EXACT_CONSTANT_OPS and len(consumers) == 1:
-        attrs = node.get("attrs", {})
-        return dict(node, attrs=dict(attrs, dtype=next(iter(consumers)),
-                                     **{MARK_CREATED: attrs.get("dtype", "None")}))
+        return _with_dtype(node, next(iter(consumers)))
     return node
+
+
+def _with_dtype(node, dtype):
+    """``node`` with its ``dtype`` attribute set to ``dtype``, the original kept for a later cast."""
+    attrs = node.get("attrs", {})
+    if attrs.get("dtype") == dtype:
+        return node
+    return dict(node, attrs=dict(attrs, dtype=dtype, **{MARK_DTYPE: attrs.get("dtype", "None")}))
+
+
+#: Values of an op's ``dtype`` attribute that name the float dtype of its output (Embedding's
+#: weight and output, one_hot's output): a float16 op gets ``dtype='float16'``.
+_FLOAT_DTYPE_ATTRS = ("float32", "float16", "float64")
+
+#: Dtypes the float16 rule converts between; other kinds (int32 lengths, ids) flow as they are.
+_FLOAT_KINDS = ("float16", "float32")
+
+
+def _cast_op(rw, old_id, node, inputs, kind):
+    """Emit an op with inputs in the float16 graph: its inputs cast to the dtype it runs in; return
+    that dtype.  Ops on integer values only (valid lengths, positions cast to int32) stay so."""
+    skip = INDEX_INPUTS.get(node["op"], ())
+    kinds = [kind.get(e[0]) for i, e in enumerate(inputs) if i not in skip]
+    if kinds and all(k is not None and k not in _FLOAT_KINDS for k in kinds):
+        rw.emit(node, inputs, old_id)
+        return kinds[0]
+    target = _target_dtype(node)
+    other = {"float32": "float16", "float16": "float32"}[target]
+    inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
+              for i, e in enumerate(inputs)]
+    dtype = node.get("attrs", {}).get("dtype", "float32" if node["op"] in DTYPE_ATTR_OPS else None)
+    if dtype in _FLOAT_DTYPE_ATTRS:
+        node = _with_dtype(node, target)
+    rw.emit(node, inputs, old_id)
+    return target
 
 
 def _cast_whole_graph(sym, data_names):
@@ -96,19 +129,17 @@ def _cast_whole_graph(sym, data_names):
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         target = node_dtype(node)
         if target is None:
-            target = _target_dtype(node)
-            other = {"float32": "float16", "float16": "float32"}[target]
-            skip = INDEX_INPUTS.get(node["op"], ())
-            inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
-                      for i, e in enumerate(inputs)]
-        kind[rw.emit(node, inputs, old_id)] = target
+            target = _cast_op(rw, old_id, node, inputs, kind)
+        else:
+            rw.emit(node, inputs, old_id)
+        kind[len(rw.nodes) - 1] = target
     heads = [rw.cast(h, "float32") if kind.get(h[0]) == "float16" else h for h in rw.heads()]
     return rw.to_symbol(heads)
 
 
 def _mark_new_casts(sym, before):
     """Mark the cast nodes AMP inserted (names not in ``before``) so a later cast can drop them."""
-    rw = GraphRewriter(sym)
+    rw = GraphRewriter(sym, drop_inserted=False)
     for old_id, node in rw.nodes_in_order():
         if node["op"] in ("amp_cast", "amp_multicast") and node["name"] not in before:
             node = dict(node, attrs=dict(node.get("attrs", {}), **{MARK: "amp"}))
@@ -133,34 +164,31 @@ def _lacks_bfloat16_kernel(op):
         op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
 
 
-def _bfloat16_kernels_only(sym, data_names):
-    """Cast the bfloat16 inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the
-    interleaved attention matmuls) to float32; AMP's widest-type rule would leave them bfloat16."""
-    types = entry_dtypes(sym, data_names)
-    rw = GraphRewriter(sym, drop_inserted=False)
+def _float32_where_no_bfloat16_kernel(sym):
+    """Cast the inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the interleaved
+    attention matmuls) to float32 before AMP's bfloat16 pass, which would otherwise leave them
+    bfloat16 (widest-type rule) or fail its own type inference (ops in none of its lists)."""
+    rw = GraphRewriter(sym)
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "null" or not _lacks_bfloat16_kernel(node["op"]):
             rw.copy(old_id, node)
             continue
+        skip = INDEX_INPUTS.get(node["op"], ())
         inputs = [rw.input_entry(e) for e in node["inputs"]]
-        names = [(rw.old_nodes[e[0]]["name"], e[1]) for e in node["inputs"]]
-        inputs = [rw.cast(entry, "float32") if types.get(name) not in (None, "float32", "float64")
-                  and not types.get(name, "").startswith("int") else entry
-                  for entry, name in zip(inputs, names)]
-        rw.emit(node, inputs, old_id)
+        rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
+                old_id)
     return rw.to_symbol(rw.heads())
 
 
 def _cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists; outputs come back as float32."""
     plain = strip(sym, data_names)
+    if dtype == "bfloat16":
+        plain = _float32_where_no_bfloat16_kernel(plain)
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))
-    converted = _mark_new_casts(converted, before)
-    if dtype == "bfloat16":
-        converted = _bfloat16_kernels_only(converted, data_names)
-    return _outputs_to_float32(converted, data_names)
+    return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
 
 
 def _describe(value):

@@ -60,6 +60,8 @@ FLOAT32_OPS = frozenset(_amp_lists.FP32_FUNCS) | LOSS_AND_SOFTMAX_OPS | (
 GEMM_OPS = frozenset({
     "Convolution", "Deconvolution", "FullyConnected", "RNN", "dot", "batch_dot",
     "_linalg_gemm", "_linalg_gemm2", "linalg_gemm", "linalg_gemm2", "_npi_matmul", "_npi_dot",
+    "_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt",
+    "_contrib_interleaved_matmul_encdec_qk", "_contrib_interleaved_matmul_encdec_valatt",
 })
 
 #: Ops MXNet's AMP bfloat16 pass knows (any of its lists); an op it does not know keeps whatever dtype
@@ -74,12 +76,18 @@ BFLOAT16_LISTED_OPS = frozenset(
 #: kernels are float32-only: "dot only supports float32/float64 for CPU").
 BFLOAT16_FLOAT32_GEMMS = GEMM_OPS - frozenset(_bf16_lists.BF16_FUNCS)
 
+#: Ops whose output dtype is their ``dtype`` attribute, float32 when it is unset, not their input's:
+#: a float16 graph sets it (a float16 Embedding has a float16 weight and output).
+DTYPE_ATTR_OPS = frozenset({"Embedding", "_contrib_SparseEmbedding", "one_hot"})
+
 #: Inputs that hold integer indices, by op and input position: casting them to float16 would round
 #: indices above 2048.
 INDEX_INPUTS = {
     "Embedding": (0,), "take": (1,), "pick": (1,), "one_hot": (0,), "gather_nd": (1,),
     "SequenceMask": (1,), "SequenceLast": (1,), "SequenceReverse": (1,),
     "SoftmaxOutput": (1,), "SVMOutput": (1,), "softmax_cross_entropy": (1,),
+    # softmax(data, length, use_length=True): the valid lengths of GluonNLP's attention masks.
+    "softmax": (1,), "log_softmax": (1,), "masked_softmax": (1,), "masked_log_softmax": (1,),
 }
 
 #: Ops whose output is on the float16 grid whenever their inputs are (they select or move values and

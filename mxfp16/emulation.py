@@ -27,7 +27,7 @@ import mxnet as mx
 
 from .dtypes import (CONDITIONAL_GRID_PRESERVING_OPS, EXACT_CONSTANT_OPS, GEMM_OPS,
                      GRID_PRESERVING_OPS, INDEX_INPUTS)
-from .graph import DTYPE_CODES, GraphRewriter, node_dtype, without_dtype
+from .graph import DTYPE_CODES, GraphRewriter, node_dtype
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,9 @@ class _Emulator:
             self.half_params.add(self.rw.emit(dict(node, attrs=attrs), [], old_id))
             return
         is_data = name in self.data_names
-        new_id = self.rw.emit(node if is_data else without_dtype(node), [], old_id)
+        if not is_data:  # float32: declared, since a rounding Cast pair passes no type backwards
+            node = dict(node, attrs=dict(node.get("attrs", {}), __dtype__=DTYPE_CODES["float32"]))
+        new_id = self.rw.emit(node, [], old_id)
         if is_data:
             self.rounded.add(new_id)
             self.inputs.add(new_id)

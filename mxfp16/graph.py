@@ -14,9 +14,9 @@ from . import fastround
 #: Attribute that marks the nodes mxfp16 inserts, so a second cast can take them out first.
 MARK = "__mxfp16__"
 
-#: Attribute holding the dtype an op without inputs had before a cast created it in another one, so a
-#: second cast starts from the original.
-MARK_CREATED = "__mxfp16_created_dtype__"
+#: Attribute holding the ``dtype`` attribute an op had before a cast changed it (zeros created in
+#: float16, a float16 Embedding), so a second cast starts from the original.
+MARK_DTYPE = "__mxfp16_dtype__"
 
 #: MXNet's type codes, as ``mx.sym.var(dtype=...)`` writes them into ``__dtype__``.
 DTYPE_CODES = {"float32": "0", "float16": "2"}
@@ -55,9 +55,9 @@ class GraphRewriter:
                 for index, old_input in enumerate(node["inputs"]):
                     self._override[(old_id, index)] = self.input_entry(old_input)
                 continue
-            if self.drop_inserted and MARK_CREATED in node.get("attrs", {}):
+            if self.drop_inserted and MARK_DTYPE in node.get("attrs", {}):
                 attrs = dict(node["attrs"])
-                attrs["dtype"] = attrs.pop(MARK_CREATED)
+                attrs["dtype"] = attrs.pop(MARK_DTYPE)
                 node = dict(node, attrs=attrs)
             yield old_id, node
 
