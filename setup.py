@@ -25,7 +25,12 @@ setup(
         # The MXNet build is the user's choice: CPU, or CUDA 11.2 for GPUs.
         "cpu": ["mxnet==1.9.1"],
         "cu112": ["mxnet-cu112==1.9.1"],
+        # GluonNLP 0.10, the last release for MXNet 1.x (BERT, Transformer, language models); pip
+        # builds it from source with Cython, about a minute.
+        "nlp": ["gluonnlp==0.10.0"],
         # The linters are pinned: tests/test_lint.py runs them, and a new rule must not fail CI.
-        "test": ["pytest>=6", "scikit-learn>=0.24", "ruff==0.17.6", "import-linter==2.16"],
+        # GluonNLP is in: the sequence-model tests cast and train its models.
+        "test": ["pytest>=6", "scikit-learn>=0.24", "ruff==0.17.6", "import-linter==2.16",
+                 "gluonnlp==0.10.0"],
     },
 )

@@ -88,6 +88,21 @@ def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_
     return float(min(max(2.0 ** exponent, 1.0), max_scale))
 
 
+class _PendingStep:
+    """What a scaler knows of one Trainer's step between its backward and its update: the scale its
+    loss was multiplied by, and whether its gradients were aggregated and unscaled already."""
+
+    def __init__(self, scale):
+        self.scale = scale
+        self.reduced = False
+        self.unscaled = False
+
+
+def _trainer_key(trainer):
+    """The Trainer behind ``trainer`` (mxfp16.Trainer hands the scaler a view of itself)."""
+    return id(getattr(trainer, "unwrapped", trainer))
+
+
 class LossScaler:
     """Base class of the loss scalers: a fixed ``loss_scale``, overflow checks and skipped steps.
 
@@ -114,8 +129,11 @@ class LossScaler:
         self.num_steps = 0
         self.num_skipped = 0
         self.consecutive_skips = 0
-        self._unscaled = False
-        self._reduced = False
+        # Trainer -> its step in progress.  One scaler may serve several Trainers (a GAN's generator
+        # and discriminator, as PyTorch's GradScaler serves several optimizers): each step unscales
+        # by the scale its own loss was multiplied by, even when another Trainer's overflow has
+        # backed the scale off in between.
+        self._pending = {}
 
     @property
     def loss_scale(self):
@@ -135,13 +153,27 @@ class LossScaler:
             return [item * self._scale for item in loss]
         return loss * self._scale
 
+    def _pending_step(self, trainer):
+        """The step in progress of ``trainer``, begun at the scale its loss was multiplied by
+        (``trainer.scaled_with`` where the Trainer records it, else the current scale)."""
+        key = _trainer_key(trainer)
+        if key not in self._pending:
+            self._pending[key] = _PendingStep(getattr(trainer, "scaled_with", None) or self._scale)
+        return self._pending[key]
+
+    def discard_step(self, trainer):
+        """Forget ``trainer``'s step in progress: its next backward starts a new one (a step that
+        was aggregated or unscaled but never taken must not leak into the next)."""
+        self._pending.pop(_trainer_key(trainer), None)
+
     def _reduce(self, trainer):
         """Aggregate gradients across devices and workers, once per step."""
-        if not self._reduced:
+        pending = self._pending_step(trainer)
+        if not pending.reduced:
             _first_step_setup(trainer)
             check_updates_on_workers(trainer)
             trainer.allreduce_grads()
-            self._reduced = True
+            pending.reduced = True
             self._aggregated(flat_trainer_grads(trainer))
 
     def _aggregated(self, grads):
@@ -160,14 +192,15 @@ class LossScaler:
         """
         if not self.enabled:
             return
-        if self._unscaled:
+        pending = self._pending_step(trainer)
+        if pending.unscaled:
             raise RuntimeError("unscale() was already called since the last step(): gradients "
                                "would be divided by the loss scale twice; call it once per step")
         self._reduce(trainer)
         for grads in trainer_grads(trainer):
             for grad in grads:
-                grad *= 1.0 / self._scale
-        self._unscaled = True
+                grad *= 1.0 / pending.scale
+        pending.unscaled = True
 
     def clip_global_norm(self, trainer, max_norm):
         """Clip the gradients' global norm, measured unscaled, to ``max_norm``; return that norm.
@@ -187,7 +220,8 @@ class LossScaler:
         per_param = trainer_grads(trainer)
         squares = [mx.nd.sum(mx.nd.square(grads[0].astype("float32"))).as_in_context(mx.cpu())
                    for grads in per_param]
-        divisor = 1.0 if (self._unscaled or not self.enabled) else self._scale
+        pending = self._pending_step(trainer)
+        divisor = 1.0 if (pending.unscaled or not self.enabled) else pending.scale
         norm = math.sqrt(float(mx.nd.add_n(*squares).asscalar())) / divisor if squares else 0.0
         if math.isfinite(norm) and norm > max_norm:
             for grads in per_param:
@@ -220,11 +254,10 @@ class LossScaler:
             return True
         self._reduce(trainer)
         finite = all_finite(flat_trainer_grads(trainer))
-        used_scale, unscaled = self._scale, self._unscaled
-        self._unscaled = self._reduced = False
+        pending = self._pending.pop(_trainer_key(trainer))
         self.update(finite)
         if finite:
-            trainer.update(batch_size if unscaled else batch_size * used_scale)
+            trainer.update(batch_size if pending.unscaled else batch_size * pending.scale)
         return finite
 
     def update(self, finite):

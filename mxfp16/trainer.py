@@ -30,6 +30,11 @@ class _GluonSteps:
         self._trainer = trainer
         self._ignore_stale_grad = ignore_stale_grad
 
+    @property
+    def unwrapped(self):
+        """The Trainer itself: the scaler keeps one step in progress per Trainer."""
+        return self._trainer
+
     def __getattr__(self, name):
         return getattr(self._trainer, name)
 
@@ -108,6 +113,7 @@ class Trainer(gluon.Trainer):
         self.dtype = dtype
         self.scaler = _scaler_for(loss_scale, dtype)
         self._loss_scaled = False  # trainer.backward / trainer.scale ran since the last update
+        self.scaled_with = None  # the loss scale of that backward, which the update divides by
         optimizer = make_optimizer(optimizer, dtype, **dict(optimizer_params or {}))
         super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
@@ -136,7 +142,9 @@ class Trainer(gluon.Trainer):
     def scale(self, loss):
         """The loss (an NDArray or a list) times the loss scale, for code that calls ``backward``
         itself (inside ``autograd.record()``); :meth:`backward` does both."""
+        self.scaler.discard_step(self)
         self._loss_scaled = True
+        self.scaled_with = self.scaler.loss_scale
         return self.scaler.scale(loss)
 
     def backward(self, losses, retain_graph=False, train_mode=True):
@@ -154,12 +162,14 @@ class Trainer(gluon.Trainer):
             As for ``NDArray.backward``.
         """
         heads = list(losses) if isinstance(losses, (list, tuple)) else [losses]
+        self.scaler.discard_step(self)
         scale = self.loss_scale
         head_grads = None if scale == 1.0 else \
             [mx.nd.full(head.shape, scale, ctx=head.context, dtype=head.dtype) for head in heads]
         autograd.backward(heads, head_grads=head_grads, retain_graph=retain_graph,
                           train_mode=train_mode)
         self._loss_scaled = True
+        self.scaled_with = scale
 
     def _steps(self, ignore_stale_grad=False):
         """This Trainer as the scaler drives it, once the step's loss was scaled."""
@@ -173,6 +183,7 @@ class Trainer(gluon.Trainer):
 
     def _stepped(self, updated):
         self._loss_scaled = False
+        self.scaled_with = None
         return updated
 
     def step(self, batch_size, ignore_stale_grad=False):
