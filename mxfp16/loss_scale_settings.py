@@ -5,6 +5,20 @@ the value received, the accepted values and the fix.
 """
 import math
 
+#: float16's largest finite value: a scaled gradient above it becomes inf.
+FLOAT16_MAX = 65504.0
+
+#: Headroom between the largest scaled gradient measured and 65504: 8x (three doublings), because
+#: one measurement (a few report steps on random data, or a run's first step) sees smaller maxima
+#: than the steps that follow.
+DEFAULT_HEADROOM = 8.0
+
+#: The largest loss scale (apex's and MXNet AMP's maximum).
+MAX_LOSS_SCALE = 2.0 ** 24
+
+#: The classic fixed start of dynamic scaling (PyTorch's and apex's), DynamicLossScaler's default.
+CLASSIC_INIT_SCALE = 2.0 ** 16
+
 #: ``init_scale`` that measures the start of dynamic scaling at the first step.
 AUTO = "auto"
 
@@ -133,3 +147,42 @@ def _is_positive(value):
         return float(value) > 0 and math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_SCALE):
+    """The largest power of two with ``max_abs * scale * headroom <= 65504``, within [1, max_scale].
+
+    The report's recommended static scale and the ``'auto'`` start of :class:`DynamicLossScaler`.
+    1 when ``max_abs`` is inf or NaN (the gradients overflow at scale 1 already).
+
+    Parameters
+    ----------
+    max_abs : float
+        The largest gradient magnitude seen at loss scale 1.
+    headroom : float
+        Factor kept between the largest scaled gradient and float16's maximum.
+    max_scale : float
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If ``headroom`` is smaller than 1.
+
+    Examples
+    --------
+    >>> recommend_loss_scale(1.0), recommend_loss_scale(3.0), recommend_loss_scale(0.0)
+    (4096.0, 2048.0, 16777216.0)
+    """
+    if not headroom >= 1:
+        raise ValueError(f"headroom must be >= 1 (a factor below float16's maximum), "
+                         f"got {headroom!r}")
+    if not math.isfinite(max_abs):  # gradients overflow even unscaled: no scale helps
+        return 1.0
+    if not max_abs > 0 or max_abs * headroom * max_scale <= FLOAT16_MAX:
+        return float(max_scale)
+    exponent = math.frexp(FLOAT16_MAX / (headroom * max_abs))[1] - 1  # floor(log2), exactly
+    return float(min(max(2.0 ** exponent, 1.0), max_scale))
