@@ -65,7 +65,7 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "round
 LIBRARY_NAME = "lib_round_float16.so"
 #: -fopenmp links the libgomp that libmxnet.so already uses, so both share one thread pool setting
 #: (OMP_NUM_THREADS).  No -mf16c: the F16C kernel has a target attribute and is chosen at run time.
-CXX_FLAGS = ("-O3", "-std=c++14", "-shared", "-fPIC", "-fopenmp")
+CXX_FLAGS = ("-O3", "-std=c++14", "-shared", "-fPIC", "-fopenmp", "-Wl,-Bsymbolic")
 COMPILE_TIMEOUT_S = 600
 
 

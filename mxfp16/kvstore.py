@@ -8,29 +8,36 @@ import os
 import mxnet as mx
 
 from . import mxnet_internals
+from .horovod import Horovod
 
 #: kvstores that aggregate gradients before the update, as loss scaling needs (asynchronous
-#: ``dist_async`` updates each worker's gradients separately on the servers).
-KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_device_sync")
+#: ``dist_async`` updates each worker's gradients separately on the servers).  ``horovod`` is
+#: :class:`mxfp16.horovod.Horovod`: one process per device started by horovodrun or mpirun.
+KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "horovod")
 
 
 def make_kvstore(kv_store):
     """``(kvstore, rank, num_workers)`` for a ``--kv-store`` name.
 
-    Distributed kvstores are created here (the data is sharded by their rank); for the others the
-    name is returned and the Trainer or Module makes one.
+    Distributed kvstores (and Horovod's) are created here (the data is sharded by their rank); for
+    the others the name is returned and the Trainer or Module makes one.
 
     Raises
     ------
     ValueError
         For a distributed kvstore outside a distributed job (no ``DMLC_ROLE``), where MXNet would
         wait for a scheduler forever.
+    mxfp16.horovod.HorovodUnavailable
+        (an ImportError) for ``horovod`` without a Horovod built for MXNet, saying how to install it.
 
     Examples
     --------
     >>> make_kvstore('device')
     ('device', 0, 1)
     """
+    if kv_store == "horovod":
+        kvstore = Horovod()
+        return kvstore, kvstore.rank, kvstore.num_workers
     if "dist" in kv_store:
         if "DMLC_ROLE" not in os.environ:
             raise ValueError(f"--kv-store {kv_store} needs the processes of a distributed job: run "

@@ -21,6 +21,7 @@ import numpy as np
 from . import mxnet_internals
 from .dtypes import GRAD_SCALE_HEADS
 from .grad_checks import all_finite, device_sums, max_magnitude, max_magnitudes
+from .horovod import is_horovod
 from .optimizers import rescale_grad
 
 #: kvstore key of the per-step overflow flag that workers sum so that all skip alike.
@@ -125,6 +126,10 @@ def init_optimizer(module, optimizer, kvstore="local"):
     """
     with _updates_on_workers():
         module.init_optimizer(kvstore=kvstore, optimizer=optimizer)
+    if is_horovod(kvstore):  # Module broadcast rank 0's values to its own copy, not the devices
+        arg_params, aux_params = module.get_params()
+        kvstore.init(sorted(aux_params), [aux_params[name] for name in sorted(aux_params)])
+        module.set_params(arg_params, aux_params, force_init=True)
     if _distributed(kvstore):
         kvstore.init(OVERFLOW_KEY, mx.nd.zeros((1,)))
         kvstore.init(START_KEY, mx.nd.zeros((1,)))
@@ -191,6 +196,22 @@ def _start_measurement(module, kvstore):
     return measured
 
 
+def _allreduced_step(module, scaler, kvstore):
+    """Horovod: sum the gradients over devices and ranks first, then decide on the sums, which
+    every rank holds bit for bit alike (so all skip alike and start alike)."""
+    names = mxnet_internals.module_param_names(module)
+    per_param = mxnet_internals.module_grads_per_param(module)
+    for index, (name, grads) in enumerate(zip(names, per_param)):
+        kvstore.pushpull(name, grads, priority=-index)
+    sums = [grads[0] for grads in per_param]
+    finite = all_finite(sums) if scaler.enabled else True
+    if finite and scaler.needs_start:
+        scaler.start_from(max_magnitude(sums))
+    if scaler.enabled:
+        scaler.update(finite)
+    return finite
+
+
 def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
     """One training step of a Module: forward, backward, overflow check, update or skip.
 
@@ -206,7 +227,8 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
         Samples per step over all workers (the gradients are sums over them).
     kvstore : KVStore or None
         For distributed training: the workers agree on skipping, and on the ``'auto'`` start,
-        through it.
+        through it.  With :class:`mxfp16.horovod.Horovod` the gradients are summed over the ranks
+        before the check (in their dtype), and the decision is taken on the sums.
 
     Returns
     -------
@@ -219,6 +241,13 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
         batch.provide_data = module.data_shapes
         batch.provide_label = module.label_shapes
     module.forward_backward(batch)
+    if is_horovod(kvstore):
+        finite = _allreduced_step(module, scaler, kvstore)
+        if finite:
+            optimizer.rescale_grad = rescale_grad(used_scale, batch_size)
+            with mxnet_internals.module_without_kvstore(module):
+                module.update()
+        return finite
     finite = True
     if scaler.enabled:
         finite = _gradients_finite(module, kvstore)

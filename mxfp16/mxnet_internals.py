@@ -4,6 +4,8 @@ MXNet 1.9 offers no public accessor for these; each function names the attribute
 mxfp16 needs it, and the MXNet versions it was checked against (:data:`CHECKED_MXNET_VERSIONS`).
 When MXNet changes one of them, this module is the only one to update.
 """
+import contextlib
+
 #: MXNet releases whose private attributes below were read and tested.
 CHECKED_MXNET_VERSIONS = ("1.9.1",)
 
@@ -103,6 +105,26 @@ def refresh_module_params(module):
     the BatchNorm statistics, and Module offers no public way to ask for a fresh copy."""
     module._params_dirty = True
 
+
+
+@contextlib.contextmanager
+def module_without_kvstore(module):
+    """Run ``module.update()`` without its kvstore (``_kvstore = None`` on the current Module), for
+    gradients already summed over devices and workers: each device then updates with its own copy
+    of the sum, as after the kvstore's ``pushpull``."""
+    current = current_module(module)
+    kvstore, current._kvstore = current._kvstore, None
+    try:
+        yield
+    finally:
+        current._kvstore = kvstore
+
+
+def module_param_names(module):
+    """Names of a Module's trained parameters, in the order of :func:`module_grads_per_param`."""
+    group = current_module(module)._exec_group
+    return [name for name, grads in zip(group.param_names, group.grad_arrays)
+            if grads and grads[0] is not None]
 
 
 def module_updater(module):

@@ -1,7 +1,10 @@
-"""Launch a dist_sync training job (scheduler, servers, workers), as MXNet's tools/launch.py does.
+"""Launch a dist_sync training job (scheduler, servers, workers), as MXNet's tools/launch.py does,
+or a Horovod job through horovodrun.
 
     python scripts/launch.py -n 2 -s 1 -- python scripts/train_imagenet.py --kv-store dist_sync ...
     python scripts/launch.py -n 4 -s 2 -H hosts.txt -- python scripts/train_imagenet.py ...
+    python scripts/launch.py --launcher horovod -n 2 -- python scripts/train_imagenet.py \
+        --kv-store horovod --network resnet50_v1 ...
 
 runs the command as ``-n`` workers next to ``-s`` servers and one scheduler, on this machine
 (127.0.0.1 only) or, with a hostfile, on its hosts through ssh; see :mod:`mxfp16.train.launcher` for
@@ -31,7 +34,8 @@ def get_args_parser():
                         help="file listing the machines, one host or host:ssh_port per line; "
                              "implies --launcher ssh (default: none, all on this machine)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                        help="where the servers and workers run (default: ssh with a hostfile, "
+                        help="where the servers and workers run; horovod: horovodrun over Gloo "
+                             "starts the workers, no servers (default: ssh with a hostfile, "
                              "else local)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the whole job is stopped (default: none)")

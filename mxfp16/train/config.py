@@ -372,7 +372,7 @@ def device_line(config):
     ctx = contexts(config.gpus, config.cpus)
     rehearsal = f" (--cpus {len(ctx)}: a rehearsal of {len(ctx)} GPUs on the CPU)" \
         if len(ctx) > 1 and ctx[0].device_type == "cpu" else ""
-    worker = " on each worker" if "dist" in config.kv_store else ""
+    worker = " on each worker" if "dist" in config.kv_store or config.kv_store == "horovod" else ""
     return (f"devices: {', '.join(map(str, ctx))}{rehearsal}; batch {config.batch_size} per step"
             f"{worker}, {config.batch_size // len(ctx)} per device")
 

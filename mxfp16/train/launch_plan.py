@@ -3,14 +3,16 @@
 See :mod:`mxfp16.train.launcher` for the job as a whole; this module only computes (the process
 list, the environment of each, the ssh command lines) and starts nothing.
 """
+import math
 import os
 import shlex
+import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
 
-#: The ways to start servers and workers.
-LAUNCHERS = ("local", "ssh")
+#: The ways to start servers and workers; ``horovod`` starts the workers alone, through horovodrun.
+LAUNCHERS = ("local", "ssh", "horovod")
 
 #: The address of a local job: nothing listens beyond this machine.
 LOCAL_HOST = "127.0.0.1"
@@ -230,9 +232,10 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     command : sequence of str
         The workers' command line.
     num_workers, num_servers : int
-    launcher : {'local', 'ssh'}
+    launcher : {'local', 'ssh', 'horovod'}
+        ``horovod``: one process, horovodrun, which starts the workers (:func:`horovodrun_argv`).
     hosts : list of str or None
-        ``host``, ``host:ssh_port`` or ``user@host[:ssh_port]`` entries (ssh only).
+        ``host``, ``host:ssh_port`` or ``user@host[:ssh_port]`` entries (ssh, horovod).
     root_uri : str
         The scheduler's address, on this machine.
     root_port : int
@@ -261,6 +264,9 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     """
     command = [str(arg) for arg in (command or [])]
     check_job(command, num_workers, num_servers, launcher, hosts)
+    if launcher == "horovod":  # horovodrun starts and numbers the workers; no servers
+        return [ProcessSpec("horovodrun", 0, LOCAL_HOST,
+                            tuple(horovodrun_argv(command, num_workers, hosts)), dict(env or {}))]
     python = server_python(command)
     common = dict(num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
                   root_port=root_port)
@@ -283,6 +289,38 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
             else:
                 specs.append(ProcessSpec(role, index, host, tuple(argv), variables))
     return specs
+
+
+def horovodrun_argv(command, num_workers, hosts=None):
+    """The horovodrun call that runs ``command`` as ``num_workers`` Horovod processes over Gloo.
+
+    On this machine (``-H localhost:N``), or spread evenly over ``hosts`` (``-H host:slots,...``;
+    horovodrun reaches them with ssh).  The command is handed over as one ``sh -c 'exec ...'``
+    argument: horovodrun's own parser reads options anywhere in its command line and fails on an
+    abbreviation of its options, and the examples' ``--network`` abbreviates both
+    ``--network-interface`` and ``--network-interfaces``.
+
+    Raises
+    ------
+    LaunchError
+        When horovodrun is not installed.
+
+    Examples
+    --------
+    >>> horovodrun_argv(['python', 'train.py', '--network', 'resnet'], 2)[1:]  # doctest: +SKIP
+    ['-np', '2', '-H', 'localhost:2', '--gloo', 'sh', '-c', "exec python train.py --network resnet"]
+    """
+    horovodrun = shutil.which("horovodrun")
+    if horovodrun is None:
+        raise LaunchError("horovodrun is not installed (it comes with Horovod): "
+                          "pip install -e \".[horovod]\" as the guide's Horovod section says")
+    if hosts:
+        slots = math.ceil(num_workers / len(hosts))
+        placement = ",".join(f"{split_host(host)[0]}:{slots}" for host in hosts)
+    else:
+        placement = f"localhost:{num_workers}"
+    return [horovodrun, "-np", str(num_workers), "-H", placement, "--gloo",
+            "sh", "-c", "exec " + shlex.join(command)]
 
 
 def default_root_uri(launcher):

@@ -84,6 +84,9 @@ KILL_GRACE = 3.0
 #: Seconds between two looks at the processes.
 POLL_INTERVAL = 0.1
 
+#: Processes whose success is the job's: the workers, or horovodrun, which runs them.
+WORKER_ROLES = ("worker", "horovodrun")
+
 
 @dataclass
 class _Running:
@@ -150,7 +153,7 @@ def _first_failure(running):
 
 def _wait_workers(running, deadline):
     """Exit code of the job once every worker has exited, or at the first failure."""
-    workers = [proc for proc in running if proc.spec.role == "worker"]
+    workers = [proc for proc in running if proc.spec.role in WORKER_ROLES]
     while True:
         failure = _first_failure(running)
         if failure:
@@ -167,7 +170,7 @@ def _wait_workers(running, deadline):
 
 def _wait_servers(running, deadline):
     """Give the servers and scheduler time to exit on their own after the workers finished."""
-    others = [proc for proc in running if proc.spec.role != "worker"]
+    others = [proc for proc in running if proc.spec.role not in WORKER_ROLES]
     limit = min(deadline, time.monotonic() + SERVER_EXIT_GRACE)
     while any(_returncode(proc) is None for proc in others) and time.monotonic() < limit:
         time.sleep(POLL_INTERVAL)
@@ -228,9 +231,12 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     num_workers : int
     num_servers : int or None
         Default: ``num_workers`` (as MXNet's launcher).
-    launcher : {'local', 'ssh'}
+    launcher : {'local', 'ssh', 'horovod'}
+        ``horovod`` runs ``horovodrun`` over Gloo instead, which starts the workers (no servers);
+        the script needs ``--kv-store horovod``.
     hosts : list of str or None
-        ``host`` or ``host:ssh_port`` entries for the ssh launcher (see :func:`read_hostfile`).
+        ``host`` or ``host:ssh_port`` entries for the ssh launcher (see :func:`read_hostfile`), or
+        the hosts horovodrun spreads the workers over.
     timeout : float or None
         Seconds before the whole job is stopped; None waits forever.
     root_uri : str or None

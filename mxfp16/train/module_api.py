@@ -155,8 +155,8 @@ class ModuleAPI:
             kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params, no_wd=no_wd,
             states_path=states_path)
         self._num_devices = len(ctx)
-        # Workers of a distributed kvstore agree on skipping a step through it.
-        self._step_kvstore = kvstore if isinstance(kvstore, mx.kv.KVStore) else None
+        # Workers of a distributed kvstore (or Horovod) agree on skipping a step through it.
+        self._step_kvstore = kvstore if isinstance(kvstore, mx.kvstore.KVStoreBase) else None
 
     @property
     def optimizer(self):

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from ..horovod import HorovodUnavailable
 from ..loss_scaling import LossScaleCollapse
 from .config import contexts, device_line
 from .logs import format_value, run_files, run_logging
@@ -76,8 +77,21 @@ def use_safe_accumulation(dtype, ctx, environ=None):
             f"accumulate in float32; export {SAFE_ACCUMULATION}=0 to keep float16 accumulation")
 
 
-def _start_run(config):
-    """The run's first log lines: its devices and batch; float32 accumulation on GPUs."""
+def _horovod_rank(config):
+    """``(rank, first line)``: Horovod's, for a ``--kv-store horovod`` run; else ``(0, None)``."""
+    if config.kv_store != "horovod":
+        return 0, None
+    from .horovod_start import start_horovod
+    rank, _, line = start_horovod(config)
+    return rank, line
+
+
+def _start_run(config, first_line=None):
+    """The run's first log lines: Horovod's processes, the devices and batch; float32 accumulation
+    on GPUs."""
+    if first_line:  # a Horovod run of one process by accident is a warning
+        log.log(logging.WARNING if first_line.startswith("--kv-store") else logging.INFO,
+                first_line)
     log.info(device_line(config))
     note = use_safe_accumulation(config.dtype, contexts(config.gpus, config.cpus))
     if note:
@@ -112,12 +126,16 @@ def run_job(parser, config_type, job, argv=None):
         return exit_request.code
     try:
         config = config_type(**vars(args)).checked()
-        log_file, metrics_path = run_files(config.log_file, config.model_prefix)
-        with run_logging(log_file):
-            _start_run(config)
+        rank, first_line = _horovod_rank(config)
+        log_file, metrics_path = run_files(config.log_file, config.model_prefix) \
+            if rank == 0 else (None, None)
+        with run_logging(log_file, logging.INFO if rank == 0 else logging.WARNING):
+            _start_run(config, first_line)
             record = job(config, metrics_path=metrics_path)
-    except (ValueError, OSError, LossScaleCollapse) as error:
+    except (ValueError, OSError, LossScaleCollapse, HorovodUnavailable) as error:
         print(error_line(error), file=sys.stderr)
         return 2
+    if rank:  # the job's summary is rank 0's
+        return 0
     print(summary_line(config.run_name, config.dtype, config.api, record, config.top_k))
     return 0

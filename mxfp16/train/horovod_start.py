@@ -1,0 +1,54 @@
+"""The start of a ``--kv-store horovod`` run: Horovod up, its size said in the first log line, every
+rank's flags checked against rank 0's, logs and the summary from rank 0 only.
+
+Training itself needs nothing here: :func:`mxfp16.kvstore.make_kvstore` returns the
+:class:`mxfp16.horovod.Horovod` kvstore, and the loop shards the data by its rank and saves from
+rank 0, as for ``dist_sync``.
+"""
+from ..horovod import Horovod
+
+#: Settings that may differ between ranks (each rank's own files); every other one must agree.
+PER_RANK_SETTINGS = ("log_file", "tensorboard", "profile_worker_suffix")
+
+#: How a Horovod job is started, for the single-process warning.
+LAUNCH_HINT = ("python scripts/launch.py --launcher horovod -n 2 -- python scripts/train_imagenet.py"
+               " --kv-store horovod ...  (or horovodrun -np 2 python ...)")
+
+
+def start_horovod(config):
+    """Initialize Horovod for a run; ``(rank, size, line)``, ``line`` the run's first log line.
+
+    Raises
+    ------
+    mxfp16.horovod.HorovodUnavailable
+        Horovod missing or built without MXNet.
+    ValueError
+        When the ranks were started with different flags (every rank raises the same error).
+    """
+    kvstore = Horovod()
+    rank, size = kvstore.rank, kvstore.num_workers
+    if size == 1:
+        return rank, size, ("--kv-store horovod with 1 process: this run was not started by "
+                            "horovodrun or mpirun, so it trains alone; for N processes run "
+                            + LAUNCH_HINT)
+    check_same_flags(kvstore, config.to_dict())
+    return rank, size, (f"Horovod: rank {rank} of {size} processes (local rank "
+                        f"{kvstore.local_rank}); logs and checkpoints from rank 0")
+
+
+def check_same_flags(kvstore, settings):
+    """Raise ValueError on every rank if any rank's ``settings`` differ from rank 0's.
+
+    Horovod itself only notices different tensor shapes; a different ``--lr`` or ``--loss-scale``
+    would train silently apart, so each rank's settings are gathered and compared.
+    """
+    own = {key: value for key, value in settings.items() if key not in PER_RANK_SETTINGS}
+    every = kvstore.allgather_object(own, name="flags")
+    differing = sorted({key for other in every[1:] for key in set(own) | set(other)
+                        if other.get(key) != every[0].get(key)})
+    if differing:
+        details = "; ".join(f"{key}: " + ", ".join(f"rank {r} {s.get(key)!r}"
+                                                   for r, s in enumerate(every))
+                            for key in differing[:5])
+        raise ValueError(f"the Horovod ranks were started with different settings ({details}): "
+                         "start every rank with the same command line")
