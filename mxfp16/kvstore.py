@@ -8,7 +8,7 @@ import os
 import mxnet as mx
 
 from . import mxnet_internals
-from .horovod import Horovod
+from .horovod import Horovod, is_horovod
 
 #: kvstores that aggregate gradients before the update, as loss scaling needs (asynchronous
 #: ``dist_async`` updates each worker's gradients separately on the servers).  ``horovod`` is
@@ -88,3 +88,15 @@ def sync_initial_weights(trainer):
     for param in mxnet_internals.trainer_params(trainer):
         for array in param.list_data():
             array.wait_to_read()  # the broadcast's pull has landed
+
+
+def sync_if_horovod(trainer, kvstore):
+    """With Horovod, give every rank rank 0's weights as the Trainer is created.
+
+    Horovod's own recipe (``hvd.broadcast_parameters`` after creating the Trainer): every rank's
+    first forward pass then runs on the same weights.  Left to the first step, the broadcast would
+    come after each rank's first backward, on its own initial weights.  Other kvstores wait for
+    the first step (see :func:`sync_initial_weights`).
+    """
+    if is_horovod(kvstore):
+        sync_initial_weights(trainer)

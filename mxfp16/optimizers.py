@@ -10,6 +10,7 @@ from mxnet import gluon
 
 from . import mxnet_internals
 from .dtypes import LOW_PRECISION_DTYPES, check_dtype
+from .kvstore import sync_if_horovod
 
 #: MXNet optimizers that keep a float32 master copy of float16 weights with ``multi_precision=True``
 #: (SGD, NAG, LARS through their own fused kernels; the others through the base Optimizer's
@@ -225,7 +226,8 @@ def make_trainer(params, optimizer, optimizer_params=None, kvstore="device",
         ``{'learning_rate': 0.1, 'momentum': 0.9, ...}``; ``multi_precision`` may be in it if it
         agrees with the dtype.  A dtype name here is taken as ``dtype``.
     kvstore : str or KVStore
-        As for ``gluon.Trainer``: 'device', 'local', 'dist_sync', 'dist_device_sync', ...
+        As for ``gluon.Trainer``: 'device', 'local', 'dist_sync', 'dist_device_sync', ..., or
+        :class:`mxfp16.horovod.Horovod` (rank 0's weights are broadcast here).
     compression_params : dict, optional
         As for ``gluon.Trainer``.
     update_on_kvstore : bool or None
@@ -268,8 +270,10 @@ def make_trainer(params, optimizer, optimizer_params=None, kvstore="device",
     dtype = training_dtype(params, dtype)
     opt = make_optimizer(optimizer, dtype, loss_scale=loss_scale,
                          **dict(optimizer_params or {}), **kwargs)
-    return gluon.Trainer(params, opt, kvstore=kvstore, compression_params=compression_params,
-                         update_on_kvstore=False)
+    trainer = gluon.Trainer(params, opt, kvstore=kvstore, compression_params=compression_params,
+                            update_on_kvstore=False)
+    sync_if_horovod(trainer, kvstore)
+    return trainer
 
 
 def check_updates_on_workers(trainer):

@@ -11,6 +11,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from . import mxnet_internals
+from .kvstore import sync_if_horovod
 from .loss_scaling import LossScaler, make_loss_scaler
 from .optimizers import adapt_states, make_optimizer, restore_multi_precision, training_dtype
 
@@ -70,8 +71,11 @@ class Trainer(gluon.Trainer):
     Parameters
     ----------
     params, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore
-        As for ``gluon.Trainer``.  ``optimizer_params`` may hold ``multi_precision`` if it agrees
-        with ``dtype`` (GluonCV's scripts set it for float16); mxfp16 sets it from ``dtype``.
+        As for ``gluon.Trainer``.  ``kvstore`` may be ``mx.kv.create('horovod')`` (after
+        ``import mxfp16.horovod``) in a horovodrun job: rank 0's weights are broadcast here, and
+        gradients are summed over the ranks before the loss scaler checks them.
+        ``optimizer_params`` may hold ``multi_precision`` if it agrees with ``dtype`` (GluonCV's
+        scripts set it for float16); mxfp16 sets it from ``dtype``.
         ``update_on_kvstore=True`` is refused while the loss is scaled: the scaler must see the
         aggregated gradients before the update.
     dtype : {'float16', 'bfloat16', 'float32'} or None
@@ -118,6 +122,7 @@ class Trainer(gluon.Trainer):
         super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
                                                                     self.scaler))
+        sync_if_horovod(self, kvstore)
 
     @property
     def loss_scale(self):

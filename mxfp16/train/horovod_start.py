@@ -45,7 +45,7 @@ def check_same_flags(kvstore, settings):
     own = {key: value for key, value in settings.items() if key not in PER_RANK_SETTINGS}
     every = kvstore.allgather_object(own, name="flags")
     differing = sorted({key for other in every[1:] for key in set(own) | set(other)
-                        if other.get(key) != every[0].get(key)})
+                        if key not in PER_RANK_SETTINGS and other.get(key) != every[0].get(key)})
     if differing:
         details = "; ".join(f"{key}: " + ", ".join(f"rank {r} {s.get(key)!r}"
                                                    for r, s in enumerate(every))

@@ -1,0 +1,229 @@
+"""Horovod as the second distributed engine: real ``horovodrun -np 2 -H localhost:2 --gloo`` jobs on
+loopback (each bounded by a timeout), float16 with dynamic loss scaling through both APIs, the
+training scripts' ``--kv-store horovod`` (checkpoints, resume on one process and two), the launcher,
+and the errors a user meets.  Skipped, with the reason shown, where Horovod is not installed."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import SCRIPTS_DIR
+from mxfp16.train.horovod_start import check_same_flags
+from mxfp16.train.launch_plan import horovodrun_argv
+
+import horovod_worker
+
+try:
+    import horovod.mxnet  # noqa: F401  (imported here only to know whether the jobs can run)
+    HOROVOD_REASON = None
+except ImportError as error:
+    HOROVOD_REASON = f"Horovod for MXNet is not installed ({error}): pip install -e \".[horovod]\""
+
+needs_horovod = pytest.mark.skipif(HOROVOD_REASON is not None, reason=HOROVOD_REASON or "")
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS_DIR)
+#: Two ranks share 2 cores: one thread each.
+ENV = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1",
+           PYTHONPATH=os.pathsep.join([REPO, TESTS_DIR, os.environ.get("PYTHONPATH", "")]))
+JOB_TIMEOUT = 120
+#: Float16 weights of two ranks against one process on the same global batch: each step's gradient
+#: is rounded to float16 once in one process, and per half batch then again after the sum on two
+#: ranks (relative error 2**-11 each), over 16 steps with momentum: measured at most 1.6e-3 of the
+#: largest weight; the bound allows eight such roundings.
+REFERENCE_RTOL = 8 * 2.0 ** -11
+TINY = ["--network", "mobilenet0.25", "--num-classes", "4", "--image-shape", "3,32,32",
+        "--batch-size", "8", "--max-batches", "2", "--dtype", "float16", "--benchmark", "1",
+        "--disp-batches", "1", "--lr", "0.01"]
+
+
+def run(argv, timeout=JOB_TIMEOUT, env=None):
+    return subprocess.run(argv, cwd=REPO, env=env or ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def launch(command, num_workers=2):
+    """``scripts/launch.py --launcher horovod -n 2 -- <command>``: horovodrun over Gloo."""
+    return run([sys.executable, os.path.join(SCRIPTS_DIR, "launch.py"), "--launcher", "horovod",
+                "-n", str(num_workers), "--timeout", str(JOB_TIMEOUT - 10), "--", *command])
+
+
+def train_imagenet(*flags):
+    return [sys.executable, os.path.join(SCRIPTS_DIR, "train_imagenet.py"), *flags]
+
+
+@pytest.fixture(scope="module")
+def worker_results(tmp_path_factory):
+    """The worker's arrays from a 2-rank horovodrun job and from the one-process reference."""
+    out = tmp_path_factory.mktemp("horovod")
+    job = run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
+               os.path.join(TESTS_DIR, "horovod_worker.py"), str(out)])
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    reference = run([sys.executable, os.path.join(TESTS_DIR, "horovod_worker.py"), str(out)])
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    return {(api, name): dict(np.load(out / f"{api}-{name}.npz"))
+            for api in ("gluon", "module") for name in ("rank0-of2", "rank1-of2", "rank0-of1")}
+
+
+def weights(arrays):
+    return {key: value for key, value in arrays.items() if key.startswith(("param:", "master:"))}
+
+
+@needs_horovod
+@pytest.mark.parametrize("api", ["gluon", "module"])
+def test_both_ranks_end_with_bit_identical_weights(worker_results, api):
+    rank0, rank1 = worker_results[api, "rank0-of2"], worker_results[api, "rank1-of2"]
+    assert weights(rank0) and weights(rank0).keys() == weights(rank1).keys()
+    for key, value in weights(rank0).items():
+        assert value.dtype == (np.float32 if key.startswith("master:") else np.float16), key
+        np.testing.assert_array_equal(value, rank1[key], err_msg=key)
+
+
+@needs_horovod
+@pytest.mark.parametrize("api", ["gluon", "module"])
+def test_two_ranks_equal_one_process_on_the_same_global_batch(worker_results, api):
+    two, one = worker_results[api, "rank0-of2"], worker_results[api, "rank0-of1"]
+    for key, value in weights(one).items():
+        error = np.abs(two[key].astype(np.float64) - value).max()
+        assert error <= REFERENCE_RTOL * np.abs(value).max(), (key, error)
+
+
+@needs_horovod
+@pytest.mark.parametrize("api", ["gluon", "module"])
+def test_an_overflow_on_rank_1_alone_skips_the_step_on_both_with_the_same_scale(worker_results,
+                                                                               api):
+    rank0, rank1, one = (worker_results[api, name] for name in ("rank0-of2", "rank1-of2",
+                                                                 "rank0-of1"))
+    assert rank0["skipped"].tolist() == rank1["skipped"].tolist() == [horovod_worker.INF_STEP]
+    # the 'auto' start (measured on the summed gradients), growth and back-off, step by step
+    np.testing.assert_array_equal(rank0["scales"], rank1["scales"])
+    np.testing.assert_array_equal(rank0["scales"], one["scales"])
+    step = horovod_worker.INF_STEP
+    assert rank0["scales"][step] == rank0["scales"][step - 1] / 2
+
+
+@needs_horovod
+def test_clipping_measures_the_same_unscaled_global_norm_on_every_rank(worker_results):
+    rank0, rank1, one = (worker_results["gluon", name] for name in ("rank0-of2", "rank1-of2",
+                                                                     "rank0-of1"))
+    np.testing.assert_array_equal(rank0["norms"], rank1["norms"])
+    assert not np.isfinite(rank0["norms"][horovod_worker.INF_STEP])
+    finite = np.isfinite(one["norms"])
+    np.testing.assert_allclose(rank0["norms"][finite], one["norms"][finite], rtol=1e-2)
+
+
+@needs_horovod
+def test_a_dying_rank_ends_the_job_at_once_with_its_exit_code(tmp_path):
+    started = time.monotonic()
+    job = launch([sys.executable, os.path.join(TESTS_DIR, "horovod_worker.py"), str(tmp_path),
+                  "--die-at", "3"])
+    assert job.returncode == 1
+    assert "Process name: 1\nExit code: 3" in job.stderr
+    assert "horovodrun 0 failed with exit code 1: stopping the job" in job.stderr
+    assert time.monotonic() - started < JOB_TIMEOUT - 10  # ended by the failure, not the timeout
+
+
+@needs_horovod
+@pytest.mark.parametrize("api", ["gluon", "module"])
+def test_script_checkpoints_resume_on_one_process_and_on_two(tmp_path, api):
+    """Two ranks train an epoch, two ranks resume it, one process resumes that, two ranks again;
+    only rank 0 logs and saves, and each run continues the update count and the loss scale."""
+    prefix = str(tmp_path / "run" / "r")
+    runs = [(2, []), (2, ["--resume", prefix]), (1, ["--resume", prefix]),
+            (2, ["--resume", prefix])]
+    for epochs, (processes, resume) in enumerate(runs, start=1):
+        flags = TINY + ["--api", api, "--model-prefix", prefix, "--num-epochs", str(epochs),
+                        *resume]
+        if processes == 2:
+            job = launch(train_imagenet("--kv-store", "horovod", *flags))
+            assert not [line for line in job.stdout.splitlines()
+                        if line.startswith("[1]") and " INFO " in line]  # rank 1: warnings only
+        else:
+            job = run(train_imagenet("--kv-store", "device", *flags))
+        assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
+        assert f"{api}): {epochs} epochs" in job.stdout or epochs == 1
+    records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    starts = [r for r in records if r["event"] == "start"]
+    ends = [r for r in records if r["event"] == "epoch"]
+    assert [r["epoch"] for r in ends] == [0, 1, 2, 3]  # one record per epoch: rank 0's only
+    assert [r["num_update"] for r in starts] == [0] + [r["num_update"] for r in ends[:-1]]
+    assert [end["num_update"] - start["num_update"] + end["skipped_steps"]
+            for start, end in zip(starts, ends)] == [2, 2, 2, 2]  # 2 steps an epoch
+    assert [r["loss_scale"] for r in starts[1:]] == [r["loss_scale"] for r in ends[:-1]]
+    log_text = open(tmp_path / "run" / "train.log").read()
+    assert log_text.count("Horovod: rank 0 of 2 processes") == 3
+
+
+@needs_horovod
+def test_mxnet_example_horovod_command_with_its_network_flag():
+    """MXNet's example fit.py command under horovodrun: ``--network`` reaches the script."""
+    job = launch(train_imagenet("--network", "resnet", "--num-layers", "20", "--kv-store",
+                                "horovod", "--image-shape", "3,28,28", "--num-classes", "4",
+                                "--num-epochs", "1", "--max-batches", "1", "--batch-size", "4",
+                                "--benchmark", "1", "--dtype", "float16"))
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
+    assert "cifar_resnet20_v2 float16" in job.stdout
+
+
+@needs_horovod
+def test_horovod_kvstore_without_horovodrun_says_so_in_the_first_line():
+    job = run(train_imagenet("--kv-store", "horovod", *TINY, "--num-epochs", "1"))
+    assert job.returncode == 0, job.stderr[-2000:]
+    first = job.stdout.splitlines()[0]
+    assert "WARNING --kv-store horovod with 1 process: this run was not started by horovodrun" \
+        in first
+
+
+FAKE_HOROVOD = {
+    "missing": {"horovod/__init__.py": "raise ImportError('No module named horovod')\n"},
+    "without_mxnet": {
+        "horovod/__init__.py": "__version__ = '0.28.1'\n",
+        "horovod/mxnet/__init__.py": "raise ImportError('Extension horovod.mxnet has not been "
+                                     "built: /x/mpi_lib.so not found')\n"},
+}
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing", "--kv-store horovod needs Horovod, which is not installed: pip install wheel && "
+                "HOROVOD_WITH_MXNET=1"),
+    ("without_mxnet", "Horovod 0.28.1 was built without MXNet support: reinstall it with "
+                      "HOROVOD_WITH_MXNET=1 after MXNet"),
+])
+def test_horovod_missing_or_without_mxnet_is_one_error_line(tmp_path, case, words):
+    for path, text in FAKE_HOROVOD[case].items():
+        os.makedirs(os.path.dirname(tmp_path / path), exist_ok=True)
+        (tmp_path / path).write_text(text)
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]]))
+    job = run(train_imagenet("--kv-store", "horovod", *TINY), env=env)
+    assert job.returncode == 2
+    lines = job.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
+
+
+class FakeKVStore:
+    def __init__(self, *every):
+        self.every = list(every)
+
+    def allgather_object(self, obj, name):
+        return self.every
+
+
+def test_ranks_started_with_different_flags_are_one_error_naming_them():
+    own = {"lr": 0.1, "loss_scale": "dynamic", "log_file": "a.log"}
+    other = {"lr": 0.2, "loss_scale": "dynamic", "log_file": "b.log"}
+    with pytest.raises(ValueError, match=r"different settings \(lr: rank 0 0.1, rank 1 0.2\)"):
+        check_same_flags(FakeKVStore(own, other), own)
+    check_same_flags(FakeKVStore(own, dict(own, log_file="b.log")), own)  # per-rank files
+
+
+def test_horovodrun_gets_the_command_as_one_shell_argument():
+    if HOROVOD_REASON:
+        pytest.skip(HOROVOD_REASON)
+    argv = horovodrun_argv(["python", "train.py", "--network", "resnet", "--name", "a b"], 2)
+    assert argv[1:] == ["-np", "2", "-H", "localhost:2", "--gloo", "sh", "-c",
+                        "exec python train.py --network resnet --name 'a b'"]
+    assert horovodrun_argv(["python"], 4, hosts=["n1", "n2:2222"])[4] == "n1:2,n2:2"
