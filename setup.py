@@ -28,6 +28,12 @@ setup(
         # GluonNLP 0.10, the last release for MXNet 1.x (BERT, Transformer, language models); pip
         # builds it from source with Cython, about a minute.
         "nlp": ["gluonnlp==0.10.0"],
+        # Horovod, the second distributed engine (--kv-store horovod, launch.py --launcher horovod).
+        # Its setup.py compiles against the installed mxnet (headers, libmxnet.so), so install
+        # MXNet first, `pip install wheel`, and pass --no-build-isolation (an isolated build
+        # environment hides the installed mxnet); HOROVOD_WITH_MXNET=1 makes a missing MXNet a
+        # build error instead of a Horovod without MXNet support.  See docs/guide.md, Horovod.
+        "horovod": ["horovod==0.28.1"],
         # The linters are pinned: tests/test_lint.py runs them, and a new rule must not fail CI.
         # GluonNLP is in: the sequence-model tests cast and train its models.
         "test": ["pytest>=6", "scikit-learn>=0.24", "ruff==0.17.6", "import-linter==2.16",

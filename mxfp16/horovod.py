@@ -152,7 +152,7 @@ class Horovod(mx.kvstore.KVStoreBase):
         total = values[0] if len(values) == 1 else \
             mx.nd.add_n(*[v.as_in_context(values[0].context) for v in values])
         wire = total.astype("float16") \
-            if self._compression == "fp16" and total.dtype == "float32" else total
+            if self._compression == "fp16" and np.dtype(total.dtype) == np.float32 else total
         self.bytes_allreduced += wire.size * np.dtype(wire.dtype).itemsize
         self._hvd.allreduce_(wire, op=self._hvd.Sum, name=f"{_OP_PREFIX}grad.{key}",
                              priority=priority)

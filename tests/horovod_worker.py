@@ -22,6 +22,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
+import mxfp16.horovod
 from mxfp16 import module as mxmodule
 
 NUM_SAMPLES, NUM_FEATURES, HIDDEN = 512, 8, 16
@@ -51,6 +52,12 @@ def batches(x, y, rank, size):
             data[OVERFLOW_RANK * (GLOBAL_BATCH // 2), 0] = np.inf
         label = y[start:start + GLOBAL_BATCH]
         yield step, data[rank * local:(rank + 1) * local], label[rank * local:(rank + 1) * local]
+
+
+def compressed_values(rank):
+    """float32 values that float16 rounds: 1/3 and 1/7 scaled per rank, and 70000 (> float16's max
+    once summed)."""
+    return np.array([(rank + 1) / 3, (rank + 1) / 7, 40000.0], dtype=np.float32)
 
 
 def scaler():
@@ -114,9 +121,14 @@ def main(argv=None):
     parser.add_argument("--die-at", type=int, default=-1)
     args = parser.parse_args(argv)
     under_horovod = "HOROVOD_RANK" in os.environ
-    kv = mx.kv.create("horovod") if under_horovod else "device"
+    kv = mx.kv.create("horovod") if under_horovod else "device"  # registered by mxfp16.horovod
     rank, size = (kv.rank, kv.num_workers) if under_horovod else (0, 1)
     x, y = make_data()
+    if under_horovod:  # float32 values sent with Horovod's fp16 compression
+        compressed = mxfp16.horovod.Horovod(compression="fp16")
+        values = mx.nd.array(compressed_values(rank))
+        compressed.pushpull("compressed", values)
+        np.save(os.path.join(args.out_dir, f"compressed-rank{rank}.npy"), values.asnumpy())
     for api in ("gluon", "module"):
         if api == "gluon":
             record, arrays = train_gluon(kv, x, y, rank, size, args.die_at)
@@ -129,5 +141,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import mxfp16.horovod  # noqa: F401  registers mx.kv.create('horovod')
     sys.exit(main())

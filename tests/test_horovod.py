@@ -65,8 +65,10 @@ def worker_results(tmp_path_factory):
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     reference = run([sys.executable, os.path.join(TESTS_DIR, "horovod_worker.py"), str(out)])
     assert reference.returncode == 0, reference.stderr[-3000:]
-    return {(api, name): dict(np.load(out / f"{api}-{name}.npz"))
-            for api in ("gluon", "module") for name in ("rank0-of2", "rank1-of2", "rank0-of1")}
+    results = {(api, name): dict(np.load(out / f"{api}-{name}.npz"))
+               for api in ("gluon", "module") for name in ("rank0-of2", "rank1-of2", "rank0-of1")}
+    results["compressed"] = [np.load(out / f"compressed-rank{rank}.npy") for rank in (0, 1)]
+    return results
 
 
 def weights(arrays):
@@ -114,6 +116,18 @@ def test_clipping_measures_the_same_unscaled_global_norm_on_every_rank(worker_re
     assert not np.isfinite(rank0["norms"][horovod_worker.INF_STEP])
     finite = np.isfinite(one["norms"])
     np.testing.assert_allclose(rank0["norms"][finite], one["norms"][finite], rtol=1e-2)
+
+
+@needs_horovod
+def test_fp16_compression_sends_float32_gradients_as_float16(worker_results):
+    """The sum of the float16 roundings, rounded to float16 (inf past its max), back in float32."""
+    halves = [horovod_worker.compressed_values(rank).astype(np.float16) for rank in (0, 1)]
+    with np.errstate(over="ignore"):
+        expected = (halves[0] + halves[1]).astype(np.float32)
+    assert np.isinf(expected[2])
+    for result in worker_results["compressed"]:
+        assert result.dtype == np.float32
+        np.testing.assert_array_equal(result, expected)
 
 
 @needs_horovod
@@ -227,3 +241,15 @@ def test_horovodrun_gets_the_command_as_one_shell_argument():
     assert argv[1:] == ["-np", "2", "-H", "localhost:2", "--gloo", "sh", "-c",
                         "exec python train.py --network resnet --name 'a b'"]
     assert horovodrun_argv(["python"], 4, hosts=["n1", "n2:2222"])[4] == "n1:2,n2:2"
+
+
+@needs_horovod
+def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(tmp_path):
+    job = run([sys.executable, os.path.join(REPO, "benchmarks", "horovod_allreduce.py"),
+               "--quick", "--out-dir", str(tmp_path)])
+    assert job.returncode == 0, job.stderr[-2000:]
+    record = json.load(open(tmp_path / "horovod_allreduce.json"))
+    ratios = {row["gradients"]: row["vs_float32"] for row in record["bytes"]}
+    assert 0.5 < ratios["float16"] < 0.55  # BatchNorm's gamma and beta stay float32
+    assert ratios["float32, Horovod fp16 compression"] == 0.5
+    assert [row["processes"] for row in record["throughput"]] == [1, 2]
