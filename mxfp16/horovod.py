@@ -182,6 +182,25 @@ class Horovod(mx.kvstore.KVStoreBase):
         raise NotImplementedError("Horovod keeps no optimizer: load the Trainer's states")
 
 
+def rank_devices(ctx, local_rank):
+    """The devices of one Horovod process: one GPU, picked as NVIDIA's and MXNet's examples do.
+
+    Every process gets the same ``--gpus``; the one of local rank ``r`` takes the list's ``r``-th
+    GPU when the list has one per process (NVIDIA's ``--gpus 0,1,2,3``), else ``gpu(r)`` (MXNet's
+    fit.py, ``--gpus 0``).  CPU contexts stay as they are (a rehearsal on the CPU).
+
+    Examples
+    --------
+    >>> rank_devices([mx.gpu(0), mx.gpu(1), mx.gpu(2)], 2), rank_devices([mx.gpu(0)], 1)
+    ([gpu(2)], [gpu(1)])
+    >>> rank_devices([mx.cpu(0)], 1)
+    [cpu(0)]
+    """
+    if not ctx or ctx[0].device_type != "gpu":
+        return ctx
+    return [ctx[local_rank]] if local_rank < len(ctx) else [mx.gpu(local_rank)]
+
+
 def is_horovod(kvstore):
     """Whether ``kvstore`` is a :class:`Horovod` kvstore (without importing Horovod)."""
     return getattr(kvstore, "type", None) == "horovod"

@@ -18,6 +18,7 @@ import random
 import mxnet as mx
 import numpy as np
 
+from ..horovod import is_horovod, rank_devices
 from ..kvstore import make_kvstore
 from ..loss_scaling import make_loss_scaler
 from ..models import new_network
@@ -318,6 +319,8 @@ def train(config, network=None, metrics_path=None, states_order=None):
         raise ValueError(f"--loss-scale: {error}") from None
     ctx = contexts(config.gpus, config.cpus)
     kvstore, rank, num_workers = make_kvstore(config.kv_store)
+    if is_horovod(kvstore):  # one GPU per process
+        ctx = rank_devices(ctx, kvstore.local_rank)
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)
     data = load_data(**data_settings(config), num_parts=num_workers, part_index=rank)
