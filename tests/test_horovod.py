@@ -253,3 +253,23 @@ def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(tmp_path):
     assert 0.5 < ratios["float16"] < 0.55  # BatchNorm's gamma and beta stay float32
     assert ratios["float32, Horovod fp16 compression"] == 0.5
     assert [row["processes"] for row in record["throughput"]] == [1, 2]
+
+
+@needs_horovod
+def test_nvidia_runner_command_under_horovod(rec_files, tmp_path):
+    """The command NVIDIA's ``runner -n 2 -b 4 --model-prefix model`` execs for float16 and DALI,
+    with ``--gpus 0,1`` dropped and the network and data made small (appended flags)."""
+    command = train_imagenet(
+        "--data-train", rec_files.train_rec, "--data-train-idx", rec_files.train_idx,
+        "--data-val", rec_files.val_rec, "--data-val-idx", rec_files.val_idx, "--dtype", "float16",
+        "--image-shape", "4,32,32", "--fuse-bn-relu", "1", "--fuse-bn-add-relu", "1",
+        "--input-layout", "NCHW", "--conv-layout", "NHWC", "--batchnorm-layout", "NHWC",
+        "--pooling-layout", "NHWC", "--kv-store", "horovod", "--data-backend", "dali-gpu",
+        "--lr", "0.0078125", "--batch-size", "8", "--num-epochs", "1",
+        "--model-prefix", str(tmp_path / "model"),
+        "--num-layers", "18", "--num-classes", "4", "--max-batches", "2")
+    job = launch(command)
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
+    assert "--arch resnetv15 --num-layers 18 is the model zoo's resnet18_v1b" in job.stdout
+    assert "resnet18_v1b float16 (gluon): 1 epoch" in job.stdout
+    assert os.path.exists(tmp_path / "model-0001.params")

@@ -17,6 +17,7 @@ import mxnet as mx
 from ..models import resolve_network_name
 from .data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
 from .gluoncv_states import read_states
+from .nvidia_compat import resolve_nvidia_flags
 from .schedule import POLY_POWER
 
 log = logging.getLogger("mxfp16.train")
@@ -328,10 +329,11 @@ def resolve_commands(config, fine_tuning=False):
         Naming the flag and the fix.
     """
     _check_compat_flags(config)
+    config, nvidia_notes = resolve_nvidia_flags(config)
     default_shape = type(config)().image_shape
     config = dataclasses.replace(config, image_shape=_image_shape(config, default_shape))
     network, note = resolve_network(config)
-    notes = [note] if note else []
+    notes = nvidia_notes + ([note] if note else [])
     settings = dict(network=network, **_data_files(config))
     schedule, note = _poly_steps(config)
     settings.update(schedule)

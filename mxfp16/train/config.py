@@ -124,6 +124,15 @@ class TrainConfig:
     use_imagenet_data_augmentation: int = 0
     use_python_iter: int = 0
     use_gpu_augmenter: int = 0
+    # NVIDIA's MXNet ResNet-50 flags (mxfp16.train.nvidia_compat).
+    arch: str = None
+    fuse_bn_relu: int = 0
+    fuse_bn_add_relu: int = 0
+    input_layout: str = "NCHW"
+    conv_layout: str = "NCHW"
+    batchnorm_layout: str = "NCHW"
+    pooling_layout: str = "NCHW"
+    data_backend: str = None
     notes: tuple = ()
     # The example's augmentation flags: None keeps the recipe's value (see ``augmentation``).
     random_crop: int = None

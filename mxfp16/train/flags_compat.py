@@ -10,6 +10,7 @@ import argparse
 
 from .compat import INITIALIZERS, MODES
 from .data.augmentation import IMAGENET_RECIPE
+from .nvidia_compat import add_nvidia_arguments
 
 
 def float_tuple(text):
@@ -45,6 +46,8 @@ def add_compat_arguments(parser, d):
     _add_augmentation_flags(parser.add_argument_group(
         "augmentation (MXNet example's flags, for .rec files and image folders alike; "
         "defaults: the script's recipe)"), d)
+    add_nvidia_arguments(parser.add_argument_group(
+        "NVIDIA's MXNet ResNet-50 (DeepLearningExamples) flags"), d)
     distillation = "knowledge distillation is not supported by mxfp16: train without --teacher, " \
         "--temperature and --hard-weight"
     for flag in ("--teacher", "--temperature", "--hard-weight"):
