@@ -273,3 +273,31 @@ def test_nvidia_runner_command_under_horovod(rec_files, tmp_path):
     assert "--arch resnetv15 --num-layers 18 is the model zoo's resnet18_v1b" in job.stdout
     assert "resnet18_v1b float16 (gluon): 1 epoch" in job.stdout
     assert os.path.exists(tmp_path / "model-0001.params")
+
+
+def test_validation_counts_are_summed_over_the_ranks_before_dividing():
+    """Each Horovod rank validates its shard; the accuracy is that of the summed counts."""
+    import mxnet as mx
+    import mxfp16
+    from mxnet.gluon import nn
+    from mxfp16.models import block_to_network
+    from mxfp16.train.data import synthetic_iter
+    from mxfp16.train.gluon_api import GluonAPI
+    from mxfp16.train.loop import evaluate
+
+    net = nn.Dense(3, in_units=12, prefix="fc_")
+    net.initialize()
+    api = GluonAPI(block_to_network(net), mxfp16.StaticLossScaler(1, enabled=False),
+                   ctx=[mx.cpu()], dtype="float32", kvstore="device", optimizer="sgd",
+                   optimizer_params={})
+    val = synthetic_iter(4, (3, 2, 2), 3, 2)
+    seen = []
+
+    def other_rank_adds(totals):  # the other rank: 8 samples, 2 top-1 hits, all top-3 hits
+        seen.append(list(totals))
+        return [totals[0] + 2, totals[1] + 8, totals[2] + 8]
+
+    top1, top3 = evaluate(api, val, top_k=3, num_classes=3, reduce=other_rank_adds)
+    hits, _, count = seen[0]
+    assert count == 8 and top3 == 1.0
+    assert top1 == (hits + 2) / 16

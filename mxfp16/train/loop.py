@@ -113,8 +113,11 @@ def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, ep
     return meter.close()
 
 
-def evaluate(api, val_data, *, top_k, num_classes):
+def evaluate(api, val_data, *, top_k, num_classes, reduce=None):
     """Top-1 and top-k accuracy on ``val_data`` (padding left out), or ``(None, None)`` without it.
+
+    ``reduce`` sums ``[top-1 hits, top-k hits, samples]`` over the ranks of a Horovod job whose
+    ranks each validate their shard (every rank calls it, once).
 
     Examples
     --------
@@ -137,7 +140,10 @@ def evaluate(api, val_data, *, top_k, num_classes):
     val_data.reset()
     for batch in val_data:
         accuracy.update([batch.label[0]], api.predict(batch.data[0]), batch.pad)
-    return accuracy.get()
+    if reduce is None:
+        return accuracy.get()
+    top1, topk, count = reduce(accuracy.totals())
+    return (top1 / count, topk / count) if count else (float("nan"), float("nan"))
 
 
 def run_status(api):
@@ -147,7 +153,7 @@ def run_status(api):
 
 
 def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_period=1,
-        metrics_log=None, save=None):
+        metrics_log=None, save=None, val_reduce=None):
     """The epoch loop: train, validate, log, checkpoint, from ``begin_epoch`` to ``num_epochs``.
 
     Parameters
@@ -164,6 +170,8 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
         Gets a ``start`` record and one ``epoch`` record per epoch.
     save : callable, optional
         ``save(epochs_done, record, network, save_states)`` writes a checkpoint.
+    val_reduce : callable, optional
+        Sums the validation counts over the ranks (see :func:`evaluate`).
 
     Returns
     -------
@@ -180,7 +188,7 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
     for epoch in range(begin_epoch, num_epochs):
         stats = train_one_epoch(api, data.train, num_batches=data.batches_per_epoch, epoch=epoch,
                                 metrics_log=metrics_log, **epoch_settings)
-        top1, topk = evaluate(api, data.val, top_k=top_k,
+        top1, topk = evaluate(api, data.val, top_k=top_k, reduce=val_reduce,
                               num_classes=epoch_settings["num_classes"])
         record = dict(event="epoch", epoch=epoch, **stats, top1=top1, topk=topk, **run_status(api))
         log.info(epoch_line(record, top_k))
@@ -323,7 +331,11 @@ def train(config, network=None, metrics_path=None, states_order=None):
         ctx = rank_devices(ctx, kvstore.local_rank)
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)
-    data = load_data(**data_settings(config), num_parts=num_workers, part_index=rank)
+    # Horovod's ranks validate a shard each and sum the counts, as NVIDIA's example does.
+    horovod = is_horovod(kvstore)
+    data = load_data(**data_settings(config), num_parts=num_workers, part_index=rank,
+                     shard_val=horovod)
+    val_reduce = (lambda totals: kvstore.allreduce_values("val", totals)) if horovod else None
     if network is None:
         network = new_network(config.network, config.num_classes, config.image_shape,
                               **config.network_settings)
@@ -341,7 +353,8 @@ def train(config, network=None, metrics_path=None, states_order=None):
             worker_profile(config.profile_worker_suffix, rank, num_workers):
         return fit(api, data, begin_epoch=start.begin_epoch, num_epochs=config.num_epochs,
                    epoch_settings=_epoch_settings(config, num_workers), top_k=config.top_k,
-                   save_period=config.save_period, metrics_log=metrics_log, save=save)
+                   save_period=config.save_period, metrics_log=metrics_log, save=save,
+                   val_reduce=val_reduce)
 
 
 def data_settings(config):

@@ -87,6 +87,12 @@ class Accuracy:
         self._topk = topk if self._topk is None else self._topk + topk
         self.count += valid
 
+    def totals(self):
+        """``[top-1 hits, top-k hits, samples]`` so far, as floats (one wait): what ranks sum."""
+        if not self.count:
+            return [0.0, 0.0, 0.0]
+        return [float(self._top1.asscalar()), float(self._topk.asscalar()), float(self.count)]
+
     def get(self):
         """``(top1, topk)`` so far (reads the counts back: one wait); NaN before any sample."""
         if not self.count:

@@ -272,7 +272,8 @@ def _loader_iter(items, transform, batch_size, image_shape, shuffle, num_workers
 
 def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter=COLOR_JITTER,
                  lighting=0.0, mean_rgb=IMAGENET_MEAN_RGB, std_rgb=IMAGENET_STD_RGB, num_workers=0,
-                 num_parts=1, part_index=0, augmentation=None, crop_ratio=CROP_RATIO):
+                 num_parts=1, part_index=0, augmentation=None, crop_ratio=CROP_RATIO,
+                 shard_val=False):
     """Training and validation batches read straight from an image folder (Gluon transforms).
 
     The folder is listed and split by :func:`split_image_folder`: ``root/train`` and ``root/val`` when
@@ -302,7 +303,7 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
         DataLoader worker processes (0 decodes in the calling thread).
     num_parts, part_index : int
         Distributed training: this worker reads every ``num_parts``-th training image starting at
-        ``part_index`` (of the training list in folder order); validation is not sharded.
+        ``part_index`` (of the training list in folder order); validation too with ``shard_val``.
     augmentation : mxfp16.train.data.augmentation.Augmentation, optional
         Replaces ``jitter``, ``lighting``, ``mean_rgb`` and ``std_rgb``.
     crop_ratio : float
@@ -345,9 +346,10 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
     train_data = _loader_iter(shard, train_transform, batch_size, image_shape,
                               shuffle=True, num_workers=num_workers)
     val_data = None
-    if split.val:
+    val_list = split.val[part_index::num_parts] if shard_val else split.val
+    if val_list:
         val_transform = _val_transform(image_shape, aug.rgb_mean, aug.rgb_std, crop_ratio)
-        val_data = _loader_iter(split.val, val_transform, batch_size, image_shape,
+        val_data = _loader_iter(val_list, val_transform, batch_size, image_shape,
                                 shuffle=False, num_workers=num_workers)
     return train_data, val_data, split.classes
 

@@ -26,7 +26,8 @@ class TrainData:
 def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_train_idx=None,
               data_val=None, data_val_idx=None, data_dir=None, val_fraction=0.2, synthetic=False,
               num_examples=1281167, num_threads=4, num_parts=1, part_index=0, seed=0,
-              max_batches=0, augmentation=None, crop_ratio=CROP_RATIO, num_workers=0):
+              max_batches=0, augmentation=None, crop_ratio=CROP_RATIO, num_workers=0,
+              shard_val=False):
     """The training and validation data chosen by the data flags.
 
     RecordIO files (``data_train``, ``data_val``) are read by ``ImageRecordIter`` with the ImageNet
@@ -37,6 +38,8 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
     :class:`~mxfp16.train.data.augmentation.Augmentation`, default: the ImageNet recipe) and
     ``crop_ratio`` (validation centre crop) apply to files and folders alike.  ``num_threads``
     decode ``.rec`` files; ``num_workers`` processes decode an image folder (0: this process).
+    ``shard_val`` shards the validation data of files and folders like the training data (a
+    Horovod rank validates its part and the counts are summed).
 
     Returns
     -------
@@ -60,11 +63,12 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
     elif data_dir:
         loaded = _folder_data(data_dir, batch_size, image_shape, num_classes, val_fraction, seed,
                               num_parts, part_index, augmentation=augmentation,
-                              crop_ratio=crop_ratio, num_workers=num_workers)
+                              crop_ratio=crop_ratio, num_workers=num_workers, shard_val=shard_val)
     else:
         loaded = _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size,
                               image_shape, num_threads, num_parts, part_index, seed,
-                              augmentation=augmentation, crop_ratio=crop_ratio)
+                              augmentation=augmentation, crop_ratio=crop_ratio,
+                              shard_val=shard_val)
     batches = min(loaded.batches_per_epoch, max_batches or loaded.batches_per_epoch)
     val = check_labels(loaded.val, num_classes) if loaded.val is not None else None
     return TrainData(check_labels(loaded.train, num_classes), val, batches,
@@ -95,13 +99,14 @@ def _folder_data(root, batch_size, image_shape, num_classes, val_fraction, seed,
 
 
 def _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size, image_shape,
-                 num_threads, num_parts, part_index, seed, **augmentation):
+                 num_threads, num_parts, part_index, seed, shard_val=False, **augmentation):
     common = dict(num_threads=num_threads, seed=seed, **augmentation)
     train = record_iter(data_train, batch_size, image_shape, train=True,
                                  path_idx=data_train_idx, num_parts=num_parts,
                                  part_index=part_index, **common)
+    val_part = dict(num_parts=num_parts, part_index=part_index) if shard_val else {}
     val = record_iter(data_val, batch_size, image_shape, train=False,
-                               path_idx=data_val_idx, **common) if data_val else None
+                               path_idx=data_val_idx, **val_part, **common) if data_val else None
     num_records = check_record_file(data_train, data_train_idx)
     # Every worker must take the same number of steps: the smallest part, whole batches only.
     step = -(-num_records // num_parts)
