@@ -234,6 +234,17 @@ def test_ranks_started_with_different_flags_are_one_error_naming_them():
     check_same_flags(FakeKVStore(own, dict(own, log_file="b.log")), own)  # per-rank files
 
 
+@needs_horovod
+def test_ranks_started_with_different_flags_stop_together_with_one_line_each():
+    command = " ".join(train_imagenet("--kv-store", "horovod", *TINY[:-2], "--num-epochs", "1"))
+    job = launch(["sh", "-c", f"exec {command} --lr 0.0$((HOROVOD_RANK+1))"])
+    assert job.returncode == 1
+    for rank in (0, 1):
+        assert f"[{rank}]<stderr>:error: the Horovod ranks were started with different settings " \
+            "(lr: rank 0 0.01, rank 1 0.02): start every rank with the same command line" \
+            in job.stderr
+
+
 def test_horovodrun_gets_the_command_as_one_shell_argument():
     if HOROVOD_REASON:
         pytest.skip(HOROVOD_REASON)

@@ -256,7 +256,8 @@ def _check_example_fit_flags(config):
         if value is not None and value < 0:
             raise ValueError(f"{flag} must be >= 0, got {value}")
     # MXNet's batch_scale: the macro-batch over the batch of all workers (the launcher's count)
-    workers = int(os.environ.get("DMLC_NUM_WORKER", "1")) if "dist" in config.kv_store else 1
+    workers = int(os.environ.get("DMLC_NUM_WORKER", "1")) if "dist" in config.kv_store else \
+        int(os.environ.get("HOROVOD_SIZE", "1")) if config.kv_store == "horovod" else 1
     if config.optimizer == "lbsgd" and config.macrobatch_size > config.batch_size * workers:
         raise ValueError(f"--macrobatch-size {config.macrobatch_size} asks lbsgd to accumulate "
                          f"gradients over several batches of {config.batch_size * workers} "
