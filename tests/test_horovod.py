@@ -141,6 +141,33 @@ def test_a_dying_rank_ends_the_job_at_once_with_its_exit_code(tmp_path):
     assert time.monotonic() - started < JOB_TIMEOUT - 10  # ended by the failure, not the timeout
 
 
+HANGING_RANK = """
+import os, sys, time
+import mxnet as mx
+import mxfp16.horovod
+kv = mx.kv.create("horovod")
+open(os.path.join(sys.argv[1], "pid-%d" % kv.rank), "w").write(str(os.getpid()))
+if kv.rank == 1:
+    time.sleep(300)
+kv.pushpull(0, mx.nd.ones(3))  # rank 0 waits here for rank 1
+"""
+
+
+@needs_horovod
+def test_a_hanging_rank_is_stopped_with_the_whole_job_at_the_timeout(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_RANK)
+    job = run([sys.executable, os.path.join(SCRIPTS_DIR, "launch.py"), "--launcher", "horovod",
+               "-n", "2", "--timeout", "10", "--", sys.executable, str(script), str(tmp_path)])
+    assert job.returncode == 124
+    assert "error: the job ran past its timeout and was stopped" in job.stderr
+    pids = [int((tmp_path / f"pid-{rank}").read_text()) for rank in (0, 1)]
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
 @needs_horovod
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_script_checkpoints_resume_on_one_process_and_on_two(tmp_path, api):

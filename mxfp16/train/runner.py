@@ -11,6 +11,7 @@ import sys
 from ..horovod import HorovodUnavailable
 from ..loss_scaling import LossScaleCollapse
 from .config import contexts, device_line
+from .horovod_start import start_horovod
 from .logs import format_value, run_files, run_logging
 
 log = logging.getLogger("mxfp16.train")
@@ -81,7 +82,6 @@ def _horovod_rank(config):
     """``(rank, first line)``: Horovod's, for a ``--kv-store horovod`` run; else ``(0, None)``."""
     if config.kv_store != "horovod":
         return 0, None
-    from .horovod_start import start_horovod
     rank, _, line = start_horovod(config)
     return rank, line
 
