@@ -201,13 +201,22 @@ def test_script_checkpoints_resume_on_one_process_and_on_two(tmp_path, api):
 
 @needs_horovod
 def test_mxnet_example_horovod_command_with_its_network_flag():
-    """MXNet's example fit.py command under horovodrun: ``--network`` reaches the script."""
+    """MXNet's example fit.py command under horovodrun: ``--network`` reaches the script; float32
+    gradients travel as float16 with ``--gc-type fp16``."""
     job = launch(train_imagenet("--network", "resnet", "--num-layers", "20", "--kv-store",
                                 "horovod", "--image-shape", "3,28,28", "--num-classes", "4",
                                 "--num-epochs", "1", "--max-batches", "1", "--batch-size", "4",
-                                "--benchmark", "1", "--dtype", "float16"))
+                                "--benchmark", "1", "--dtype", "float32", "--gc-type", "fp16"))
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
-    assert "cifar_resnet20_v2 float16" in job.stdout
+    assert "cifar_resnet20_v2 float32" in job.stdout
+    assert "--gc-type fp16: float32 gradients are sent and summed as float16" in job.stdout
+
+
+def test_gc_type_fp16_is_horovods_and_only_horovods():
+    from mxfp16.train.config import TrainConfig
+    with pytest.raises(ValueError, match="--gc-type fp16 is Horovod's float16 compression"):
+        TrainConfig(gc_type="fp16").checked()
+    assert TrainConfig(gc_type="fp16", kv_store="horovod").checked().gc_type == "fp16"
 
 
 @needs_horovod

@@ -210,9 +210,13 @@ def _check_resume_files(config, stem):
 
 
 def _check_compat_flags(config):
+    if config.gc_type == "fp16" and config.kv_store != "horovod":
+        raise ValueError("--gc-type fp16 is Horovod's float16 compression of float32 gradients: "
+                         "pass --kv-store horovod, or leave --gc-type out")
+    gc_types = ("none", "fp16") if config.kv_store == "horovod" else ("none",)
     for flag, value, choices in (("--mode", config.mode, MODES),
                                  ("--initializer", config.initializer, tuple(INITIALIZERS)),
-                                 ("--gc-type", config.gc_type, ("none",))):
+                                 ("--gc-type", config.gc_type, gc_types)):
         if value not in choices:
             extra = ": gradient compression is not supported with float16 training" \
                 if flag == "--gc-type" else ""
@@ -294,6 +298,9 @@ def _example_fit_notes(config):
 
 def _notes(config):
     notes = []
+    if config.gc_type == "fp16":
+        notes.append("--gc-type fp16: float32 gradients are sent and summed as float16 by Horovod"
+                     + (" (float16 gradients already are)" if config.dtype == "float16" else ""))
     if config.monitor:
         notes.append(f"--monitor {config.monitor}: every {config.monitor} batches, the root mean "
                      "square of every parameter (MXNet Monitor's statistic)")

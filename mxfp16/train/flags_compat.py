@@ -126,8 +126,9 @@ def _add_training_flags(group, d):
     group.add_argument("--monitor", type=int, default=d.monitor,
                        help="log the root mean square of every parameter every N batches "
                             f"(MXNet example's Monitor); 0: off (default: {d.monitor})")
-    group.add_argument("--gc-type", default=d.gc_type, help="gradient compression: none only; "
-                       f"2bit is an error (default: {d.gc_type})")
+    group.add_argument("--gc-type", default=d.gc_type, help="gradient compression: none, or "
+                       "fp16 with --kv-store horovod (float32 gradients sent as float16); 2bit "
+                       f"is an error (default: {d.gc_type})")
     group.add_argument("--gc-threshold", type=float, default=d.gc_threshold,
                        help=f"2bit gradient compression threshold (default: {d.gc_threshold})")
     _add_example_fit_flags(group, d)
