@@ -10,7 +10,7 @@ weights differ per rank (Horovod must broadcast rank 0's).  At :data:`INF_STEP` 
 1's slice is inf: only rank 1's local gradients overflow.  The Gluon Trainer clips by global norm.
 Writes ``OUT_DIR/<api>-rank<r>-of<n>.npz``: final weights (``param:*``, float16 as trained, and
 ``master:*``, the float32 master weights for Gluon), skipped steps, the loss scale after each step,
-the global norms measured, and the ``'auto'`` start.
+the global norms measured, and (Gluon) the bytes the kvstore allreduced.
 """
 import argparse
 import os
@@ -132,11 +132,12 @@ def main(argv=None):
     for api in ("gluon", "module"):
         if api == "gluon":
             record, arrays = train_gluon(kv, x, y, rank, size, args.die_at)
+            record["bytes"] = kv.bytes_allreduced if under_horovod else 0
         else:
             record, arrays = train_module(kv, x, y, rank, size)
         np.savez(os.path.join(args.out_dir, f"{api}-rank{rank}-of{size}.npz"),
                  skipped=record["skipped"], scales=record["scales"], norms=record["norms"],
-                 **arrays)
+                 bytes=record.get("bytes", 0), **arrays)
     return 0
 
 

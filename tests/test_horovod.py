@@ -119,6 +119,15 @@ def test_clipping_measures_the_same_unscaled_global_norm_on_every_rank(worker_re
 
 
 @needs_horovod
+def test_gradients_travel_in_float16(worker_results):
+    """Every step allreduces each float16 gradient once: 2 bytes per value."""
+    rank0 = worker_results["gluon", "rank0-of2"]
+    values = sum(value.size for key, value in rank0.items() if key.startswith("param:"))
+    assert values == 8 * 16 + 16 + 16 * 2 + 2
+    assert int(rank0["bytes"]) == horovod_worker.NUM_STEPS * values * 2
+
+
+@needs_horovod
 def test_fp16_compression_sends_float32_gradients_as_float16(worker_results):
     """The sum of the float16 roundings, rounded to float16 (inf past its max), back in float32."""
     halves = [horovod_worker.compressed_values(rank).astype(np.float16) for rank in (0, 1)]
