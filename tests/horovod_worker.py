@@ -10,7 +10,8 @@ weights differ per rank (Horovod must broadcast rank 0's).  At :data:`INF_STEP` 
 1's slice is inf: only rank 1's local gradients overflow.  The Gluon Trainer clips by global norm.
 Writes ``OUT_DIR/<api>-rank<r>-of<n>.npz``: final weights (``param:*``, float16 as trained, and
 ``master:*``, the float32 master weights for Gluon), skipped steps, the loss scale after each step,
-the global norms measured, and (Gluon) the bytes the kvstore allreduced.
+the global norms measured, and (Gluon) the bytes the kvstore allreduced; under Horovod also
+``compressed-rank<r>.npy``, float32 values summed with Horovod's fp16 compression.
 """
 import argparse
 import os
@@ -24,6 +25,7 @@ from mxnet.gluon import nn
 import mxfp16
 import mxfp16.horovod
 from mxfp16 import module as mxmodule
+from mxfp16 import mxnet_internals
 
 NUM_SAMPLES, NUM_FEATURES, HIDDEN = 512, 8, 16
 GLOBAL_BATCH = 32
@@ -86,7 +88,7 @@ def train_gluon(kv, x, y, rank, size, die_at):
             record["skipped"].append(step)
         record["scales"].append(trainer.loss_scale)
     params = {f"param:{name}": p.data().asnumpy() for name, p in net.collect_params().items()}
-    updater = trainer._updaters[0]
+    updater = mxnet_internals.trainer_updaters(trainer)[0]
     masters = {f"master:{index}": state[0].asnumpy() for index, state in updater.states.items()}
     return record, dict(params, **masters)
 
