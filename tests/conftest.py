@@ -91,3 +91,29 @@ class PoisonedIter(mx.io.DataIter):
             batch = mx.io.DataBatch([batch.data[0] * self._scale], batch.label, pad=0)
         self._index += 1
         return batch
+
+
+def horovod_missing():
+    """Why the Horovod jobs cannot run here (None when they can), found without importing
+    ``horovod.mxnet``: its library, loaded with RTLD_GLOBAL, would stay in the test process."""
+    import glob
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("horovod.mxnet")
+    except ImportError:
+        spec = None
+    if spec is None:
+        return "Horovod is not installed"
+    if not glob.glob(os.path.join(os.path.dirname(spec.origin), "mpi_lib*.so")):
+        return "Horovod was built without MXNet support (HOROVOD_WITH_MXNET=1)"
+    return None
+
+
+def pytest_report_header(config):
+    """Say at the top of every run whether tests/test_horovod.py runs its horovodrun jobs."""
+    reason = horovod_missing()
+    if reason is None:
+        return "horovod: installed for MXNet; tests/test_horovod.py runs its horovodrun jobs"
+    return (f"horovod: {reason}; tests/test_horovod.py skips its horovodrun jobs "
+            "(pip install -e \".[horovod]\" as docs/guide.md says)")

@@ -11,17 +11,15 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SCRIPTS_DIR
+from conftest import SCRIPTS_DIR, horovod_missing
 from mxfp16.train.horovod_start import check_same_flags
 from mxfp16.train.launch_plan import horovodrun_argv
 
 import horovod_worker
 
-try:
-    import horovod.mxnet  # noqa: F401  (imported here only to know whether the jobs can run)
-    HOROVOD_REASON = None
-except ImportError as error:
-    HOROVOD_REASON = f"Horovod for MXNet is not installed ({error}): pip install -e \".[horovod]\""
+HOROVOD_REASON = horovod_missing()
+if HOROVOD_REASON:
+    HOROVOD_REASON += ": pip install -e \".[horovod]\" as docs/guide.md says"
 
 needs_horovod = pytest.mark.skipif(HOROVOD_REASON is not None, reason=HOROVOD_REASON or "")
 
