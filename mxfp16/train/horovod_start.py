@@ -5,6 +5,8 @@ Training itself needs nothing here: :func:`mxfp16.kvstore.make_kvstore` returns 
 :class:`mxfp16.horovod.Horovod` kvstore, and the loop shards the data by its rank and saves from
 rank 0, as for ``dist_sync``.
 """
+import os
+
 from ..horovod import Horovod
 
 #: Settings that may differ between ranks (each rank's own files); every other one must agree.
@@ -52,3 +54,24 @@ def check_same_flags(kvstore, settings):
                             for key in differing[:5])
         raise ValueError(f"the Horovod ranks were started with different settings ({details}): "
                          "start every rank with the same command line")
+
+
+def check_not_under_horovodrun(kv_store, environ=None):
+    """Raise ValueError when horovodrun started this process but the run would not use Horovod.
+
+    Every process would then train alone on the whole data, N runs writing the same files (a
+    GluonCV ``train_horovod.py`` command, which needs no ``--kv-store``, does this).
+
+    Examples
+    --------
+    >>> check_not_under_horovodrun('device', {'HOROVOD_SIZE': '2'})
+    Traceback (most recent call last):
+    ...
+    ValueError: horovodrun started 2 processes but --kv-store is device: ...
+    >>> check_not_under_horovodrun('device', {})
+    """
+    environ = os.environ if environ is None else environ
+    size = int(environ.get("HOROVOD_SIZE", "1") or 1)
+    if kv_store != "horovod" and size > 1:
+        raise ValueError(f"horovodrun started {size} processes but --kv-store is {kv_store}: "
+                         "each would train alone on all the data; pass --kv-store horovod")

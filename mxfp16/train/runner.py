@@ -11,7 +11,7 @@ import sys
 from ..horovod import HorovodUnavailable
 from ..loss_scaling import LossScaleCollapse
 from .config import contexts, device_line
-from .horovod_start import start_horovod
+from .horovod_start import check_not_under_horovodrun, start_horovod
 from .logs import format_value, run_files, run_logging
 
 log = logging.getLogger("mxfp16.train")
@@ -81,6 +81,7 @@ def use_safe_accumulation(dtype, ctx, environ=None):
 def _horovod_rank(config):
     """``(rank, first line)``: Horovod's, for a ``--kv-store horovod`` run; else ``(0, None)``."""
     if config.kv_store != "horovod":
+        check_not_under_horovodrun(config.kv_store)
         return 0, None
     rank, _, line = start_horovod(config)
     return rank, line
