@@ -307,6 +307,7 @@ def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(tmp_path):
     assert 0.5 < ratios["float16"] < 0.55  # BatchNorm's gamma and beta stay float32
     assert ratios["float32, Horovod fp16 compression"] == 0.5
     assert [row["processes"] for row in record["throughput"]] == [1, 2]
+    assert [row["gradients"] for row in record["allreduce"]] == ["float32", "float16"]
 
 
 @needs_horovod
