@@ -15,6 +15,8 @@ runs the same loss-scaling code as on one device or on ``dist_sync``:
 Horovod is optional: :func:`import_horovod` turns a missing or MXNet-less Horovod into one error that
 says how to install it.
 """
+import weakref
+
 import mxnet as mx
 import numpy as np
 
@@ -80,6 +82,12 @@ class Horovod(mx.kvstore.KVStoreBase):
     compression : {'none', 'fp16'}
         ``'fp16'`` sends float32 gradients as float16 (Horovod's ``Compression.fp16``) and sums
         them in float16; float16 gradients are sent as they are either way.
+    prefix : str
+        Prepended to the names of this kvstore's Horovod operations.  Several Trainers (a GAN's
+        generator and discriminator) each need a kvstore of their own with a different prefix:
+        a Trainer's keys are its parameter indices, so two Trainers on one kvstore would send
+        operations of the same name, which Horovod refuses while one is in flight (Horovod's
+        ``DistributedTrainer`` has the same ``prefix``).
 
     Examples
     --------
@@ -87,13 +95,15 @@ class Horovod(mx.kvstore.KVStoreBase):
     >>> trainer = mxfp16.Trainer(net.collect_params(), 'sgd', kvstore=kv)  # doctest: +SKIP
     """
 
-    def __init__(self, compression="none"):
+    def __init__(self, compression="none", prefix=""):
         self._hvd = import_horovod()
         self._hvd.init()
+        self._prefix = _OP_PREFIX + str(prefix)
         self._compression = "none"
         self.set_gradient_compression({"type": compression})
         #: Bytes this process sent into allreduce since creation (gradient payloads only).
         self.bytes_allreduced = 0
+        self._trainer = None  # weak reference to the one Trainer whose keys this kvstore names
 
     @property
     def type(self):
@@ -120,6 +130,23 @@ class Horovod(mx.kvstore.KVStoreBase):
             return False
         raise ValueError(f"unknown capability {capability!r}: Horovod's kvstore knows 'optimizer'")
 
+    def attach(self, trainer):
+        """Record ``trainer`` as this kvstore's Trainer; a second live one is refused.
+
+        Raises
+        ------
+        ValueError
+            When another Trainer already uses this kvstore (its operations would take the same
+            names), naming the fix.
+        """
+        current = self._trainer() if self._trainer is not None else None
+        if current is not None and current is not trainer:
+            raise ValueError("this Horovod kvstore already serves another Trainer, and two "
+                             "Trainers on one kvstore send Horovod operations of the same names: "
+                             "give each Trainer its own, e.g. kvstore=mxfp16.horovod.Horovod("
+                             "prefix='discriminator.')")
+        self._trainer = weakref.ref(trainer)
+
     def set_optimizer(self, optimizer):
         raise ValueError("Horovod updates on the workers: create the Trainer with "
                          "update_on_kvstore=False (mxfp16.Trainer and make_trainer do)")
@@ -135,12 +162,12 @@ class Horovod(mx.kvstore.KVStoreBase):
     def init(self, key, value):
         """Module's kvstore initialization: every rank gets rank 0's ``value`` (in place)."""
         for name, array in zip(_as_list(key), _as_list(value)):
-            self._hvd.broadcast_(array, root_rank=0, name=f"{_OP_PREFIX}init.{name}")
+            self._hvd.broadcast_(array, root_rank=0, name=f"{self._prefix}init.{name}")
 
     def broadcast(self, key, value, out, priority=0):
         """Rank 0's ``value`` into ``out`` (an array or one per device) on every rank."""
         buffer = value.copy()
-        self._hvd.broadcast_(buffer, root_rank=0, name=f"{_OP_PREFIX}bcast.{key}",
+        self._hvd.broadcast_(buffer, root_rank=0, name=f"{self._prefix}bcast.{key}",
                              priority=priority)
         for array in _as_list(out):
             buffer.copyto(array)
@@ -154,7 +181,7 @@ class Horovod(mx.kvstore.KVStoreBase):
         wire = total.astype("float16") \
             if self._compression == "fp16" and np.dtype(total.dtype) == np.float32 else total
         self.bytes_allreduced += wire.size * np.dtype(wire.dtype).itemsize
-        self._hvd.allreduce_(wire, op=self._hvd.Sum, name=f"{_OP_PREFIX}grad.{key}",
+        self._hvd.allreduce_(wire, op=self._hvd.Sum, name=f"{self._prefix}grad.{key}",
                              priority=priority)
         if wire is not total:
             wire.astype(total.dtype).copyto(total)
@@ -169,11 +196,11 @@ class Horovod(mx.kvstore.KVStoreBase):
         """
         array = mx.nd.array(values, dtype="float64")
         reduce_op = self._hvd.Sum if op == "sum" else self._hvd.Max
-        return self._hvd.allreduce(array, op=reduce_op, name=f"{_OP_PREFIX}{name}").asnumpy()
+        return self._hvd.allreduce(array, op=reduce_op, name=f"{self._prefix}{name}").asnumpy()
 
     def allgather_object(self, obj, name):
         """Every rank's ``obj`` (picklable), in rank order."""
-        return self._hvd.allgather_object(obj, name=f"{_OP_PREFIX}{name}")
+        return self._hvd.allgather_object(obj, name=f"{self._prefix}{name}")
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
         raise NotImplementedError("Horovod keeps no optimizer: save the Trainer's states")

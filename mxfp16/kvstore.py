@@ -96,7 +96,9 @@ def sync_if_horovod(trainer, kvstore):
     Horovod's own recipe (``hvd.broadcast_parameters`` after creating the Trainer): every rank's
     first forward pass then runs on the same weights.  Left to the first step, the broadcast would
     come after each rank's first backward, on its own initial weights.  Other kvstores wait for
-    the first step (see :func:`sync_initial_weights`).
+    the first step (see :func:`sync_initial_weights`).  A Horovod kvstore serves one Trainer
+    (:meth:`mxfp16.horovod.Horovod.attach`).
     """
     if is_horovod(kvstore):
+        kvstore.attach(trainer)
         sync_initial_weights(trainer)

@@ -11,7 +11,8 @@ weights differ per rank (Horovod must broadcast rank 0's).  At :data:`INF_STEP` 
 Writes ``OUT_DIR/<api>-rank<r>-of<n>.npz``: final weights (``param:*``, float16 as trained, and
 ``master:*``, the float32 master weights for Gluon), skipped steps, the loss scale after each step,
 the global norms measured, and (Gluon) the bytes the kvstore allreduced; under Horovod also
-``compressed-rank<r>.npy``, float32 values summed with Horovod's fp16 compression.
+``compressed-rank<r>.npy``, float32 values summed with Horovod's fp16 compression, and
+``gan-rank<r>.npz``, two Trainers' weights and the error of sharing a kvstore.
 """
 import argparse
 import os
@@ -117,6 +118,32 @@ def train_module(kv, x, y, rank, size):
     return record, {f"param:{name}": value.asnumpy() for name, value in arg_params.items()}
 
 
+def train_two_trainers(rank):
+    """A GAN's two Trainers (float32: no loss scaler waits between them), each with a kvstore of
+    its own prefix; then the error of a third Trainer on the first one's kvstore."""
+    mx.random.seed(300 + rank)
+    nets = [nn.Dense(16, in_units=16), nn.Dense(16, in_units=16)]
+    kvstores = [mxfp16.horovod.Horovod(prefix=prefix) for prefix in ("generator.", "discrim.")]
+    trainers = []
+    for net, kvstore in zip(nets, kvstores):
+        net.initialize()
+        trainers.append(mxfp16.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                       kvstore=kvstore, dtype="float32"))
+    for _ in range(10):
+        for net, trainer in zip(nets, trainers):
+            with autograd.record():
+                loss = net(mx.nd.ones((4, 16)) * (rank + 1)).sum()
+            trainer.backward(loss)
+            trainer.step(8)
+    try:
+        mxfp16.Trainer(nets[1].collect_params(), "sgd", kvstore=kvstores[0])
+        error = ""
+    except ValueError as shared:
+        error = str(shared)
+    weights = {f"net{i}": net.weight.data().asnumpy() for i, net in enumerate(nets)}
+    return error, weights
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
@@ -131,6 +158,9 @@ def main(argv=None):
         values = mx.nd.array(compressed_values(rank))
         compressed.pushpull("compressed", values)
         np.save(os.path.join(args.out_dir, f"compressed-rank{rank}.npy"), values.asnumpy())
+    if under_horovod:
+        error, weights = train_two_trainers(rank)
+        np.savez(os.path.join(args.out_dir, f"gan-rank{rank}.npz"), error=error, **weights)
     for api in ("gluon", "module"):
         if api == "gluon":
             record, arrays = train_gluon(kv, x, y, rank, size, args.die_at)

@@ -66,6 +66,7 @@ def worker_results(tmp_path_factory):
     results = {(api, name): dict(np.load(out / f"{api}-{name}.npz"))
                for api in ("gluon", "module") for name in ("rank0-of2", "rank1-of2", "rank0-of1")}
     results["compressed"] = [np.load(out / f"compressed-rank{rank}.npy") for rank in (0, 1)]
+    results["gan"] = [dict(np.load(out / f"gan-rank{rank}.npz")) for rank in (0, 1)]
     return results
 
 
@@ -123,6 +124,15 @@ def test_gradients_travel_in_float16(worker_results):
     values = sum(value.size for key, value in rank0.items() if key.startswith("param:"))
     assert values == 8 * 16 + 16 + 16 * 2 + 2
     assert int(rank0["bytes"]) == horovod_worker.NUM_STEPS * values * 2
+
+
+@needs_horovod
+def test_two_trainers_each_on_its_own_prefixed_kvstore_and_not_on_a_shared_one(worker_results):
+    rank0, rank1 = worker_results["gan"]
+    for key in ("net0", "net1"):
+        np.testing.assert_array_equal(rank0[key], rank1[key])
+    assert "already serves another Trainer" in str(rank0["error"])
+    assert "kvstore=mxfp16.horovod.Horovod(prefix='discriminator.')" in str(rank0["error"])
 
 
 @needs_horovod
