@@ -366,3 +366,11 @@ def test_validation_counts_are_summed_over_the_ranks_before_dividing():
     hits, _, count = seen[0]
     assert count == 8 and top3 == 1.0
     assert top1 == (hits + 2) / 16
+
+
+def test_a_horovod_command_on_the_parameter_server_launcher_is_one_error():
+    from mxfp16.train.launch_plan import LaunchError, plan_processes
+    with pytest.raises(LaunchError, match="the command trains with --kv-store horovod, which the "
+                                          "local launcher's scheduler and servers do not serve"):
+        plan_processes(["python", "train.py", "--kv-store", "horovod"], 2, 1)
+    assert len(plan_processes(["python", "train.py", "--kv-store", "dist_sync"], 2, 1)) == 4

@@ -221,6 +221,17 @@ def check_job(command, num_workers, num_servers, launcher, hosts):
     if launcher == "ssh" and not hosts:
         raise LaunchError("the ssh launcher needs hosts: pass -H with a file listing one host "
                           "per line, or --launcher local")
+    if launcher != "horovod" and _asks_for_horovod(command):
+        raise LaunchError(f"the command trains with --kv-store horovod, which the {launcher} "
+                          "launcher's scheduler and servers do not serve: pass --launcher horovod "
+                          "(or --kv-store dist_sync for the parameter server)")
+
+
+def _asks_for_horovod(command):
+    """Whether a command line passes ``--kv-store horovod`` (or ``--kv-store=horovod``)."""
+    args = [str(arg) for arg in command]
+    return "--kv-store=horovod" in args or any(
+        flag == "--kv-store" and value == "horovod" for flag, value in zip(args, args[1:]))
 
 
 def plan_processes(command, num_workers, num_servers, launcher="local", hosts=None,
