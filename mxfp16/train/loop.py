@@ -327,13 +327,13 @@ def train(config, network=None, metrics_path=None, states_order=None):
         raise ValueError(f"--loss-scale: {error}") from None
     ctx = contexts(config.gpus, config.cpus)
     kvstore, rank, num_workers = make_kvstore(config.kv_store)
-    if is_horovod(kvstore):  # one GPU per process; --gc-type fp16: float16 on the wire
+    horovod = is_horovod(kvstore)
+    if horovod:  # one GPU per process; --gc-type fp16: float16 on the wire
         ctx = rank_devices(ctx, kvstore.local_rank)
         kvstore.set_gradient_compression({"type": config.gc_type})
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)
     # Horovod's ranks validate a shard each and sum the counts, as NVIDIA's example does.
-    horovod = is_horovod(kvstore)
     data = load_data(**data_settings(config), num_parts=num_workers, part_index=rank,
                      shard_val=horovod)
     val_reduce = (lambda totals: kvstore.allreduce_values("val", totals)) if horovod else None
