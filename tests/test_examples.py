@@ -1,0 +1,77 @@
+"""The scripts of examples/: each one's --help, and each one trained at a tiny size to its summary line.
+
+The examples run in this process (their ``main(argv)``), as the scripts' tests do: importing MXNet
+once keeps the whole file within seconds.  One test runs a script file as a user would.
+"""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = ("lstm_language_model",)
+
+
+def load_example(name):
+    """The example ``examples/<name>.py`` as a module (its directory on sys.path for ``common``)."""
+    if EXAMPLES_DIR not in sys.path:
+        sys.path.insert(0, EXAMPLES_DIR)
+    spec = importlib.util.spec_from_file_location(f"example_{name}",
+                                                  os.path.join(EXAMPLES_DIR, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_example(name, argv, capsys):
+    """Run the example; return its exit code, the printed lines and its summary's key=value pairs."""
+    code = load_example(name).main(argv)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith(f"{name}: "), lines[-1]
+    summary = dict(re.findall(r"(\S+)=(\S+)", lines[-1]))
+    return code, lines, summary
+
+
+def epoch_values(lines, key):
+    """The float after ``key`` on each ``epoch N:`` line."""
+    return [float(re.search(rf"{key} ([-\d.e+]+)", line).group(1))
+            for line in lines if line.startswith("epoch ")]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_help_lists_every_flag_kebab_case_with_its_default(name, capsys):
+    example = load_example(name)
+    with pytest.raises(SystemExit) as exit_info:
+        example.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--dtype {float32,float16,bfloat16}" in capsys.readouterr().out
+    actions = [a for a in example.get_args_parser()._actions if a.dest != "help"]
+    assert {"--gpus", "--cpus", "--dtype"} <= {flag for a in actions for flag in a.option_strings}
+    for action in actions:
+        assert all(re.fullmatch(r"--[a-z0-9]+(-[a-z0-9]+)*", f) for f in action.option_strings)
+        assert "(default: " in action.help, action.option_strings
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_lstm_language_model_learns_the_docstrings(dtype, capsys):
+    code, lines, summary = run_example("lstm_language_model", [
+        "--dtype", dtype, "--num-chars", "8000", "--hidden-size", "32", "--embed-size", "16",
+        "--batch-size", "16", "--num-epochs", "2", "--lr", "0.01"], capsys)
+    assert code == 0
+    val = epoch_values(lines, "val loss")
+    assert val[-1] < val[0] < 4.6  # below log(96), the loss of a uniform guess
+    assert summary["dtype"] == dtype
+    assert int(summary["vocab"]) % 8 == 0  # padded for Tensor Cores
+    assert summary["skipped"] == "0"
+
+
+def test_a_bad_flag_is_one_error_line_and_exit_code_2():
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES_DIR, "lstm_language_model.py"),
+                             "--gpus", "0", "--cpus", "2"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --gpus 0 and --cpus 2 both choose the devices: pass one of them"]
