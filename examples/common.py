@@ -20,6 +20,10 @@ DOC_MODULES = ("argparse", "collections", "csv", "datetime", "decimal", "functoo
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+class UsageError(ValueError):
+    """A bad command-line value: printed as one line, exit code 2 (other errors keep their traceback)."""
+
+
 class ExampleParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one ``error: ...`` line and exit code 2."""
 
@@ -49,29 +53,29 @@ def devices(gpus="", cpus=None):
 
     Raises
     ------
-    ValueError
+    UsageError
         For a malformed ``--gpus``, or both flags given.
     """
     text = str(gpus or "").strip()
     if text and cpus is not None:
-        raise ValueError(f"--gpus {text} and --cpus {cpus} both choose the devices: pass one of them")
+        raise UsageError(f"--gpus {text} and --cpus {cpus} both choose the devices: pass one of them")
     if text:
         try:
             return [mx.gpu(int(i)) for i in text.split(",")]
         except ValueError:
-            raise ValueError(f"--gpus {text!r}: write GPU ids separated by commas, e.g. 0,1") from None
+            raise UsageError(f"--gpus {text!r}: write GPU ids separated by commas, e.g. 0,1") from None
     if cpus is not None and cpus < 1:
-        raise ValueError(f"--cpus {cpus}: pass a number of devices >= 1")
+        raise UsageError(f"--cpus {cpus}: pass a number of devices >= 1")
     return [mx.cpu(i) for i in range(cpus or 1)]
 
 
 def check_positive(args, *names):
-    """Raise ValueError naming the first of ``names`` whose value in ``args`` is not > 0."""
+    """Raise UsageError naming the first of ``names`` whose value in ``args`` is not > 0."""
     for name in names:
         value = getattr(args, name)
         if not value > 0:
             flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} {value}: pass a number > 0")
+            raise UsageError(f"{flag} {value}: pass a number > 0")
 
 
 def stdlib_docstrings(modules=DOC_MODULES):
@@ -93,9 +97,9 @@ def stdlib_docstrings(modules=DOC_MODULES):
 
 
 def run(main, argv=None):
-    """Run an example's ``main``: a user error (ValueError) is one ``error:`` line and exit code 2."""
+    """Run an example's ``main``: a user error is one ``error:`` line and exit code 2."""
     try:
         return main(argv)
-    except ValueError as error:
+    except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 import mxfp16
-from common import check_positive, devices, make_parser, run, stdlib_docstrings
+from common import UsageError, check_positive, devices, make_parser, run, stdlib_docstrings
 
 
 class CharLM(gluon.HybridBlock):
@@ -104,7 +104,7 @@ def main(argv=None):
     args = get_args_parser().parse_args(argv)
     check_positive(args, "num_epochs", "batch_size", "lr", "seq_len", "hidden_size", "clip")
     if args.num_chars < 0:
-        raise ValueError(f"--num-chars {args.num_chars}: pass 0 for the whole corpus or a size > 0")
+        raise UsageError(f"--num-chars {args.num_chars}: pass 0 for the whole corpus or a size > 0")
     ctx = devices(args.gpus, args.cpus)
     mx.random.seed(args.seed)
     ids, vocab_size = load_corpus(args.num_chars)

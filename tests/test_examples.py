@@ -4,15 +4,17 @@ The examples run in this process (their ``main(argv)``), as the scripts' tests d
 once keeps the whole file within seconds.  One test runs a script file as a user would.
 """
 import importlib.util
+import math
 import os
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-EXAMPLES = ("lstm_language_model",)
+EXAMPLES = ("lstm_language_model", "dcgan")
 
 
 def load_example(name):
@@ -66,6 +68,22 @@ def test_lstm_language_model_learns_the_docstrings(dtype, capsys):
     assert summary["dtype"] == dtype
     assert int(summary["vocab"]) % 8 == 0  # padded for Tensor Cores
     assert summary["skipped"] == "0"
+
+
+@pytest.mark.parametrize("dtype, shared", [("float32", False), ("float16", False),
+                                           ("float16", True), ("bfloat16", False)])
+def test_dcgan_generates_digits_closer_to_real_ones(dtype, shared, capsys):
+    code, _, summary = run_example("dcgan", [
+        "--dtype", dtype, "--num-epochs", "2", "--ngf", "32", "--ndf", "32", "--lr", "0.001"] +
+        (["--shared-scaler"] if shared else []), capsys)
+    assert code == 0
+    assert float(summary["nn_dist"]) < 0.8 * float(summary["nn_dist_start"])
+    assert np.isfinite([float(summary["d_loss"]), float(summary["g_loss"])]).all()
+    if dtype == "float16":  # dynamic scaling: a power of two; shared, both Trainers see one scale
+        assert math.log2(float(summary["g_scale"])).is_integer()
+        assert (summary["g_scale"] == summary["d_scale"]) or not shared
+    else:
+        assert (summary["g_scale"], summary["d_scale"]) == ("1", "1")
 
 
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
