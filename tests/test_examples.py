@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-EXAMPLES = ("lstm_language_model", "dcgan")
+EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
+            "module_image_classification")
+IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
 
 
 def load_example(name):
@@ -84,6 +86,28 @@ def test_dcgan_generates_digits_closer_to_real_ones(dtype, shared, capsys):
         assert (summary["g_scale"] == summary["d_scale"]) or not shared
     else:
         assert (summary["g_scale"], summary["d_scale"]) == ("1", "1")
+
+
+@pytest.mark.parametrize("name", IMAGE_EXAMPLES)
+@pytest.mark.parametrize("dtype, cpus", [("float32", "1"), ("float16", "1"), ("float16", "2"),
+                                         ("bfloat16", "1")])
+def test_image_examples_learn_the_digits(name, dtype, cpus, capsys):
+    code, lines, summary = run_example(name, ["--dtype", dtype, "--cpus", cpus, "--num-epochs", "2"],
+                                       capsys)
+    assert code == 0
+    assert float(summary["val_acc"]) > 0.7  # 10 classes: a guess is 0.1
+    losses = epoch_values(lines, "train loss")
+    assert losses[-1] < losses[0]
+    scale = float(summary["loss_scale"])
+    assert math.log2(scale).is_integer() and (scale > 1) == (dtype == "float16")
+
+
+@pytest.mark.parametrize("name", IMAGE_EXAMPLES)
+def test_image_examples_run_on_synthetic_images_of_any_shape(name, capsys):
+    code, _, summary = run_example(name, [
+        "--data", "synthetic", "--image-shape", "3,12,12", "--num-classes", "4",
+        "--num-examples", "40", "--batch-size", "8", "--num-epochs", "1"], capsys)
+    assert (code, summary["dtype"], summary["epochs"]) == (0, "float16", "1")
 
 
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
