@@ -79,7 +79,8 @@ def check_positive(args, *names):
 
 
 def stdlib_docstrings(modules=DOC_MODULES):
-    """The docstrings of ``modules`` and of their public classes and functions, one per paragraph.
+    """The docstrings of ``modules``, of their public classes and functions, and of those classes'
+    public methods.
 
     Returns
     -------
@@ -92,7 +93,11 @@ def stdlib_docstrings(modules=DOC_MODULES):
         members = [module] + [value for key, value in sorted(vars(module).items())
                               if not key.startswith("_") and getattr(value, "__module__", None) == name
                               and (inspect.isclass(value) or inspect.isfunction(value))]
-        docs += [(name, doc) for doc in (inspect.getdoc(member) for member in members) if doc]
+        methods = [method for member in members[1:] if inspect.isclass(member)
+                   for key, method in sorted(vars(member).items())
+                   if not key.startswith("_") and inspect.isfunction(method)]
+        docs += [(name, doc) for doc in (inspect.getdoc(member) for member in members + methods)
+                 if doc]
     return docs
 
 

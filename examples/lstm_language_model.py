@@ -41,7 +41,7 @@ def get_args_parser():
     add = parser.add_argument
     add("--seq-len", type=int, default=32, help="characters per training sequence (default: 32)")
     add("--num-chars", type=int, default=0,
-        help="characters of the corpus to use, 0 for all of it (about 160000) (default: 0)")
+        help="characters of the corpus to use, 0 for all of it (about 200000) (default: 0)")
     add("--embed-size", type=int, default=64, help="embedding size (default: 64)")
     add("--hidden-size", type=int, default=256, help="LSTM hidden size (default: 256)")
     add("--num-layers", type=int, default=1, help="LSTM layers (default: 1)")

@@ -15,7 +15,7 @@ import pytest
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
-            "module_image_classification")
+            "module_image_classification", "bert_classifier")
 IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
 
 
@@ -108,6 +108,20 @@ def test_image_examples_run_on_synthetic_images_of_any_shape(name, capsys):
         "--data", "synthetic", "--image-shape", "3,12,12", "--num-classes", "4",
         "--num-examples", "40", "--batch-size", "8", "--num-epochs", "1"], capsys)
     assert (code, summary["dtype"], summary["epochs"]) == (0, "float16", "1")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_bert_classifier_learns_which_module_a_sentence_documents(dtype, capsys):
+    pytest.importorskip("gluonnlp")
+    code, lines, summary = run_example("bert_classifier", [
+        "--dtype", dtype, "--num-epochs", "4", "--num-layers", "1", "--units", "32",
+        "--hidden-size", "64", "--max-len", "24", "--vocab-size", "500", "--dropout", "0",
+        "--batch-size", "16", "--lr", "0.005"], capsys)
+    assert code == 0
+    losses = epoch_values(lines, "train loss")
+    assert losses[-1] < 0.8 * losses[0] and losses[0] < 1.45  # log(4) = 1.39: a guess among 4
+    assert float(summary["val_acc"]) > 0.5  # the largest class is 42% of the sentences
+    assert (summary["classes"], summary["dtype"]) == ("4", dtype)
 
 
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
