@@ -124,6 +124,13 @@ def test_bert_classifier_learns_which_module_a_sentence_documents(dtype, capsys)
     assert (summary["classes"], summary["dtype"]) == ("4", dtype)
 
 
+def test_the_guide_links_every_example_and_every_link_exists():
+    guide = open(os.path.join(os.path.dirname(EXAMPLES_DIR), "docs", "guide.md")).read()
+    linked = set(re.findall(r"\(\.\./examples/([a-z_]+)\.py\)", guide))
+    scripts = {name[:-3] for name in os.listdir(EXAMPLES_DIR) if name.endswith(".py")}
+    assert linked == set(EXAMPLES) and linked <= scripts
+
+
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
     result = subprocess.run([sys.executable, os.path.join(EXAMPLES_DIR, "lstm_language_model.py"),
                              "--gpus", "0", "--cpus", "2"], capture_output=True, text=True,
