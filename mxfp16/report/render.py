@@ -50,7 +50,7 @@ def _tensor_core_blocks(cores):
              "x".join(map(str, layer["weight_shape"])),
              " ".join(f"{k}={v}" for k, v in layer["dims"].items()),
              "yes" if layer["eligible"] else "NO", _suggestion(layer), layer["note"] or "-"]
-            for layer in layers]
+            for layer in layers + cores.get("embeddings", [])]
     batch = f"batch size {cores['batch_size']} is " + (
         "a multiple" if cores["batch_size_ok"] else
         f"not a multiple: use {cores['suggested_batch_size']}")
