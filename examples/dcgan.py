@@ -1,7 +1,8 @@
 """Train a DCGAN in float16 (or bfloat16) with mxfp16: two networks, two mxfp16.Trainers.
 
 The images are scikit-learn's handwritten digits (8x8, 1797 of them, shipped with scikit-learn: no
-download).  Generator and discriminator are cast with ``mxfp16.cast_block``; each has its own
+download).  Generator (upsampling by resize-convolution) and discriminator are cast with
+``mxfp16.cast_block``; each has its own
 ``mxfp16.Trainer`` with dynamic loss scaling, or, with ``--shared-scaler``, one
 ``DynamicLossScaler`` serves both, as PyTorch's GradScaler serves several optimizers.
 
@@ -24,18 +25,20 @@ from common import check_positive, devices, make_parser, run
 
 
 def generator(ngf):
-    """Latent (N, nz, 1, 1) -> 4x4 -> 8x8 -> images in [-1, 1].
+    """Latent (N, nz) -> 4x4 -> 8x8 images in [-1, 1], upsampling by resize-convolution.
 
-    The last layer is a 3x3 Conv2D, not a Conv2DTranspose to one channel: MXNet 1.9.1's CPU
-    (oneDNN) Deconvolution with one output channel fails in backward ("could not create a
-    primitive descriptor for a reorder primitive"), in float32 too.
+    DCGAN's transposed convolutions are replaced by nearest-neighbour upsampling and a 3x3
+    Conv2D (Odena et al. 2016): MXNet 1.9.1's CPU (oneDNN) Deconvolution crashes in backward when
+    its weight comes out of another op, as the Cast of float16 emulation and bfloat16 makes it, and
+    fails with one output channel even in float32; ``MXNET_MKLDNN_ENABLED=0`` avoids both.
     """
     net = nn.HybridSequential(prefix="gen_")
     with net.name_scope():
-        net.add(nn.Conv2DTranspose(ngf * 2, 4, 1, 0, use_bias=False), nn.BatchNorm(),
-                nn.Activation("relu"),
-                nn.Conv2DTranspose(ngf, 4, 2, 1, use_bias=False), nn.BatchNorm(),
-                nn.Activation("relu"),
+        net.add(nn.Dense(ngf * 2 * 4 * 4, use_bias=False),
+                nn.HybridLambda(lambda F, x: F.reshape(x, (0, -1, 4, 4))),
+                nn.BatchNorm(), nn.Activation("relu"),
+                nn.HybridLambda(lambda F, x: F.UpSampling(x, scale=2, sample_type="nearest")),
+                nn.Conv2D(ngf, 3, 1, 1, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
                 nn.Conv2D(1, 3, 1, 1), nn.Activation("tanh"))
     return net
 
@@ -75,14 +78,14 @@ def nearest_real_distance(fakes, reals):
 
 
 def sample(gen, count, latent_size, ctx, seed=1234):
-    noise = mx.nd.array(np.random.RandomState(seed).normal(size=(count, latent_size, 1, 1)), ctx=ctx)
+    noise = mx.nd.array(np.random.RandomState(seed).normal(size=(count, latent_size)), ctx=ctx)
     return gen(noise).asnumpy()
 
 
 def train_step(gen, disc, gen_trainer, disc_trainer, loss_fn, reals, latent_size):
     """One discriminator and one generator step over the devices' slices of a batch."""
     batch_size = sum(real.shape[0] for real in reals)
-    noises = [mx.nd.random.normal(shape=(real.shape[0], latent_size, 1, 1), ctx=real.context)
+    noises = [mx.nd.random.normal(shape=(real.shape[0], latent_size), ctx=real.context)
               for real in reals]
     with autograd.record():
         fakes = [gen(noise) for noise in noises]
