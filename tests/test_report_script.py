@@ -73,7 +73,7 @@ def test_lstm_language_model_report_suggests_the_padded_vocabulary(report_main, 
                         "--underflow-steps", "0"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "Input 32x35 (batch size 32)" in out
+    assert "Input 32x35 (batch size 32)" in out and "float16 seq/s" in out
     assert "N 33278 -> 33280" in out and "hidden_size 650 -> 656" in out
     assert "vocabulary 33278 -> 33280, embed_size 650 -> 656" in out
 
