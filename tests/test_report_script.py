@@ -78,6 +78,23 @@ def test_lstm_language_model_report_suggests_the_padded_vocabulary(report_main, 
     assert "vocabulary 33278 -> 33280, embed_size 650 -> 656" in out
 
 
+def test_a_saved_language_model_is_reported_with_its_sequence_length(report_main, tmp_path,
+                                                                      capsys):
+    from mxfp16.report.sequence import LSTMLanguageModel
+    net = LSTMLanguageModel(vocab_size=50, embed_size=16, hidden_size=24, num_layers=1)
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.zeros((2, 5)))
+    prefix = str(tmp_path / "lm")
+    net.export(prefix, epoch=3)
+    code = report_main(["--checkpoint", prefix, "--epoch", "3", "--seq-len", "6", "--batch-size",
+                        "8", "--gpu", "V100", "--underflow-steps", "1", "--underflow-batch-size", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Input 8x6 (batch size 8)" in out and "Layers breaking the rule: " in out
+    assert "N 50 -> 56" in out and "5. Activation-gradient underflow" in out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--network", "resnet5O_v1"], "unknown network 'resnet5O_v1'"),
     (["--image-shape", "3,224"], "bad image shape '3,224'"),
