@@ -62,12 +62,14 @@ def load_corpus(num_chars, multiple=8):
 
 
 def sequences(ids, seq_len, batch_size, shuffle, seed=0):
-    """Batches of (input, next character) sequences, as NDArrays of shape (batch, seq_len)."""
+    """Batches of (input, next character) sequences, as NDArrays of shape (batch, seq_len).
+    Training (``shuffle``) drops the last partial batch; evaluation keeps it."""
     count = (len(ids) - 1) // seq_len
     data = ids[:count * seq_len].reshape(count, seq_len)
     label = ids[1:count * seq_len + 1].reshape(count, seq_len)
     order = np.random.RandomState(seed).permutation(count) if shuffle else np.arange(count)
-    for start in range(0, count - batch_size + 1, batch_size):
+    last = count - batch_size + 1 if shuffle else count
+    for start in range(0, max(last, 0), batch_size):
         rows = order[start:start + batch_size]
         yield mx.nd.array(data[rows]), mx.nd.array(label[rows])
 
@@ -110,6 +112,10 @@ def main(argv=None):
     ids, vocab_size = load_corpus(args.num_chars)
     split = int(len(ids) * 0.9)
     train_ids, val_ids = ids[:split], ids[split:]
+    if len(train_ids) <= args.seq_len * args.batch_size or len(val_ids) <= args.seq_len:
+        raise UsageError(f"--num-chars {args.num_chars} is too short for --batch-size "
+                         f"{args.batch_size} x --seq-len {args.seq_len}: pass more characters (or 0 "
+                         "for all) or smaller batches")
 
     net = CharLM(vocab_size, args.embed_size, args.hidden_size, args.num_layers, args.dropout)
     net.initialize(mx.init.Xavier(), ctx=ctx)

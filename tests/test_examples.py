@@ -59,10 +59,11 @@ def test_help_lists_every_flag_kebab_case_with_its_default(name, capsys):
         assert "(default: " in action.help, action.option_strings
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_lstm_language_model_learns_the_docstrings(dtype, capsys):
+@pytest.mark.parametrize("dtype, cpus", [("float32", "1"), ("float16", "1"), ("float16", "2"),
+                                         ("bfloat16", "1")])
+def test_lstm_language_model_learns_the_docstrings(dtype, cpus, capsys):
     code, lines, summary = run_example("lstm_language_model", [
-        "--dtype", dtype, "--num-chars", "8000", "--hidden-size", "32", "--embed-size", "16",
+        "--dtype", dtype, "--cpus", cpus, "--num-chars", "8000", "--hidden-size", "32", "--embed-size", "16",
         "--batch-size", "16", "--num-epochs", "2", "--lr", "0.01"], capsys)
     assert code == 0
     val = epoch_values(lines, "val loss")
