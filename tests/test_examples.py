@@ -132,6 +132,17 @@ def test_the_guide_links_every_example_and_every_link_exists():
     assert linked == set(EXAMPLES) and linked <= scripts
 
 
+def test_ruff_checks_every_example():
+    """tests/test_lint.py runs ruff over the repository: the examples must stay in its file list."""
+    root = os.path.dirname(EXAMPLES_DIR)
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--show-files", "."], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    checked = {os.path.relpath(line.strip(), root) for line in done.stdout.splitlines()}
+    scripts = {os.path.join("examples", name) for name in os.listdir(EXAMPLES_DIR)
+               if name.endswith(".py")}
+    assert scripts and scripts <= checked
+
+
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
     result = subprocess.run([sys.executable, os.path.join(EXAMPLES_DIR, "lstm_language_model.py"),
                              "--gpus", "0", "--cpus", "2"], capture_output=True, text=True,
