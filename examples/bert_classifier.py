@@ -134,6 +134,7 @@ def main(argv=None):
                          "each head takes units / num_heads")
     ctx = devices(args.gpus, args.cpus)
     mx.random.seed(args.seed)
+    np.random.seed(args.seed)  # the DataLoader shuffles with numpy
     train_data, val_data, vocab_size, num_samples = load_data(args)
 
     net = build_model(args, vocab_size)

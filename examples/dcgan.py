@@ -108,6 +108,7 @@ def main(argv=None):
     check_positive(args, "num_epochs", "batch_size", "lr", "latent_size", "ngf", "ndf")
     ctx = devices(args.gpus, args.cpus)
     mx.random.seed(args.seed)
+    np.random.seed(args.seed)  # the DataLoader shuffles with numpy
     images = load_images()
     data = gluon.data.DataLoader(gluon.data.ArrayDataset(images), batch_size=args.batch_size,
                                  shuffle=True, last_batch="discard")

@@ -95,6 +95,7 @@ def main(argv=None):
     check_positive(args, "num_epochs", "batch_size", "lr", "num_classes", "num_examples")
     ctx = devices(args.gpus, args.cpus)
     mx.random.seed(args.seed)
+    np.random.seed(args.seed)  # the DataLoader shuffles with numpy
     train_data, val_data, num_classes = load_data(args)
     try:
         net = get_network(args.network, num_classes=num_classes)

@@ -109,6 +109,7 @@ def main(argv=None):
     check_positive(args, "num_epochs", "batch_size", "lr", "num_classes", "num_examples")
     ctx = devices(args.gpus, args.cpus)
     mx.random.seed(args.seed)
+    np.random.seed(args.seed)  # NDArrayIter shuffles with numpy
     train_iter, val_iter, num_classes = load_data(args)
     scaler = mxfp16.make_loss_scaler(None, args.dtype)  # dynamic for float16, off otherwise
     mod = build_module(args.network, num_classes, args.dtype, scaler, ctx,
