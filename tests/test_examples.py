@@ -3,6 +3,7 @@
 The examples run in this process (their ``main(argv)``), as the scripts' tests do: importing MXNet
 once keeps the whole file within seconds.  One test runs a script file as a user would.
 """
+import ast
 import importlib.util
 import math
 import os
@@ -132,6 +133,19 @@ def test_the_guide_links_every_example_and_every_link_exists():
     linked = set(re.findall(r"\(\.\./examples/([a-z_]+)\.py\)", guide))
     scripts = {name[:-3] for name in os.listdir(EXAMPLES_DIR) if name.endswith(".py")}
     assert linked == set(EXAMPLES) and linked <= scripts
+
+
+def test_examples_use_the_public_api_only():
+    """An example is what a user writes: mxfp16's public names and mxfp16.models, never the
+    training application (mxfp16.train) or the report's internals."""
+    for name in os.listdir(EXAMPLES_DIR):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(EXAMPLES_DIR, name)).read())
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                   for alias in node.names}
+        modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert {m for m in modules if m.startswith("mxfp16.")} <= {"mxfp16.models"}, name
 
 
 def test_ruff_checks_every_example():
