@@ -60,7 +60,7 @@ def get_args_parser():
     add("--ngf", type=int, default=64, help="generator width (default: 64)")
     add("--ndf", type=int, default=64, help="discriminator width (default: 64)")
     add("--shared-scaler", action="store_true",
-        help="one dynamic loss scaler for both Trainers (default: one each)")
+        help="one dynamic loss scaler for both Trainers, in float16 (default: one each)")
     return parser
 
 
