@@ -18,7 +18,8 @@ from mxfp16.report.memory import activation_bytes, max_batch_size, memory_report
 from mxfp16.report.precision_map import precision_map
 from mxfp16.report.probes import add_gradient_probes
 from mxfp16.report.sequence import input_vocabulary
-from mxfp16.report.speedup import GPU_SPECS, PUBLISHED_SPEEDUPS, estimate_speedup, layer_time
+from mxfp16.report.speedup import (GPU_SPECS, PUBLISHED_SPEEDUPS, estimate_speedup, layer_time,
+                                   rnn_forward_flops)
 from mxfp16.report.tensor_cores import check_tensor_cores
 from mxfp16.report.underflow import (FLOAT16_MIN_SUBNORMAL, HISTOGRAM_EXPONENTS, gradient_stats,
                                      gradient_underflow, random_batches, recommend_loss_scale)
@@ -421,3 +422,16 @@ def test_sequence_length_on_a_network_without_embedding_is_a_value_error():
     fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
     with pytest.raises(ValueError, match="the network has no Embedding"):
         input_vocabulary(inspect_graph(fc, {"data": (2, 5)}))
+
+
+def test_rnn_flops_of_a_bidirectional_two_layer_gru():
+    """Layer 1 reads 8 inputs, layer 2 the 2 x 16 outputs of both directions; 3 gates of 16."""
+    gru = mx.gluon.rnn.GRU(16, num_layers=2, bidirectional=True, input_size=8)
+    gru.initialize()
+    info = inspect_graph(gru(mx.sym.var("data")), {"data": (5, 4, 8)})
+    layer = next(layer for layer in info.layers if layer.op == "RNN")
+    per_direction = 2 * 5 * 4 * 3 * 16
+    assert rnn_forward_flops(layer) == 2 * per_direction * ((8 + 16) + (32 + 16))
+    check = check_tensor_cores(info, gru(mx.sym.var("data")), 4)["layers"][0]
+    assert check["dims"] == {"batch": 4, "input_size": 8, "hidden_size": 16}
+    assert check["eligible"] is False and check["suggestions"] == {"batch": 8}
