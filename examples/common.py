@@ -61,9 +61,14 @@ def devices(gpus="", cpus=None):
         raise UsageError(f"--gpus {text} and --cpus {cpus} both choose the devices: pass one of them")
     if text:
         try:
-            return [mx.gpu(int(i)) for i in text.split(",")]
+            ids = [int(i) for i in text.split(",")]
         except ValueError:
             raise UsageError(f"--gpus {text!r}: write GPU ids separated by commas, e.g. 0,1") from None
+        found = mx.context.num_gpus()
+        if max(ids) >= found:
+            raise UsageError(f"--gpus {text}: MXNet sees {found} GPU(s); leave --gpus out to train "
+                             "on the CPU (float16 is emulated there), or --cpus N to rehearse N devices")
+        return [mx.gpu(i) for i in ids]
     if cpus is not None and cpus < 1:
         raise UsageError(f"--cpus {cpus}: pass a number of devices >= 1")
     return [mx.cpu(i) for i in range(cpus or 1)]

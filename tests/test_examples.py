@@ -48,6 +48,8 @@ def epoch_values(lines, key):
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_help_lists_every_flag_kebab_case_with_its_default(name, capsys):
+    if name == "bert_classifier":
+        pytest.importorskip("gluonnlp")
     example = load_example(name)
     with pytest.raises(SystemExit) as exit_info:
         example.main(["--help"])
@@ -157,6 +159,13 @@ def test_ruff_checks_every_example():
     scripts = {os.path.join("examples", name) for name in os.listdir(EXAMPLES_DIR)
                if name.endswith(".py")}
     assert scripts and scripts <= checked
+
+
+@pytest.mark.skipif(__import__("mxnet").context.num_gpus() > 0, reason="a GPU is there")
+def test_gpus_mxnet_cannot_see_are_a_usage_error():
+    common = load_example("common")
+    with pytest.raises(common.UsageError, match=r"--gpus 0: MXNet sees 0 GPU\(s\); leave --gpus out"):
+        common.devices("0")
 
 
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
