@@ -6,7 +6,12 @@ estimated GPU speed-up and activation-gradient underflow.
 
 prints the report and writes it as JSON, Markdown and PNG plots when asked.  ``--checkpoint PREFIX
 --epoch N`` reports on a saved network instead (``mx.model.save_checkpoint`` or Gluon ``export``
-files).  Errors in the input print one ``error: ...`` line and exit with code 2.
+files).  A sequence model reads token ids: ``--network lstm_lm`` is a built-in LSTM language model
+(``--vocab-size``, ``--embed-size``, ``--hidden-size``, ``--num-layers``, ``--seq-len``), and a
+checkpoint of one needs ``--seq-len``.  Errors in the input print one ``error: ...`` line and exit
+with code 2.
+
+    python scripts/report.py --network lstm_lm --vocab-size 33278 --batch-size 32 --seq-len 35
 """
 import argparse
 import sys
@@ -16,6 +21,7 @@ import mxnet as mx
 from mxfp16.report import (ReportConfig, build_report, parse_shape, parse_size, render_text,
                            save_report)
 from mxfp16.report.memory import OPTIMIZER_STATES
+from mxfp16.report.sequence import LSTM_LM_SIZES
 from mxfp16.report.speedup import GPU_SPECS
 from mxfp16.report.underflow import DEFAULT_HEADROOM
 
@@ -31,13 +37,19 @@ def get_args_parser():
     """The command line: flags in the MXNet examples' style, each with its default."""
     parser = _OneLineParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--network", default="resnet50_v1", help="model-zoo name (default: resnet50_v1)")
+    add("--network", default="resnet50_v1",
+        help="model-zoo name, or lstm_lm for an LSTM language model (default: resnet50_v1)")
     add("--num-classes", type=int, default=1000, help="classes of a zoo network (default: 1000)")
     add("--checkpoint", help="checkpoint prefix: PREFIX-symbol.json + PREFIX-NNNN.params; replaces "
                              "--network (default: none)")
     add("--epoch", type=int, default=0, help="checkpoint epoch (default: 0)")
     add("--image-shape", default="3,224,224", help="channels,height,width (default: 3,224,224)")
     add("--batch-size", type=int, default=256, help="batch size per GPU (default: 256)")
+    add("--seq-len", type=int, help="time steps of a sequence model's token ids; replaces "
+                                    "--image-shape (default: 35 for lstm_lm, else none)")
+    for flag, default in LSTM_LM_SIZES.items():
+        add(f"--{flag.replace('_', '-')}", type=int,
+            help=f"{flag.replace('_', ' ')} of lstm_lm (default: {default})")
     add("--gpu", default=",".join(GPU_SPECS),
         help=f"GPUs to estimate, comma-separated, from {', '.join(GPU_SPECS)} (default: all)")
     add("--gpu-mem", help="GPU memory for the largest batch, e.g. 16GiB, 40G, 80GB "
@@ -65,7 +77,8 @@ def config_from_args(args):
         batch_size=args.batch_size, gpus=tuple(args.gpu.split(",")),
         gpu_bytes=parse_size(args.gpu_mem) if args.gpu_mem else None, optimizer=args.optimizer,
         underflow_steps=args.underflow_steps, underflow_batch_size=args.underflow_batch_size,
-        headroom=args.headroom, seed=args.seed)
+        headroom=args.headroom, seed=args.seed, seq_len=args.seq_len, vocab_size=args.vocab_size,
+        embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers)
 
 
 def main(argv=None):

@@ -17,7 +17,9 @@ from mxfp16.report.graph_info import inspect_graph
 from mxfp16.report.memory import activation_bytes, max_batch_size, memory_report, parameter_bytes
 from mxfp16.report.precision_map import precision_map
 from mxfp16.report.probes import add_gradient_probes
-from mxfp16.report.speedup import GPU_SPECS, PUBLISHED_SPEEDUPS, estimate_speedup, layer_time
+from mxfp16.report.sequence import input_vocabulary
+from mxfp16.report.speedup import (GPU_SPECS, PUBLISHED_SPEEDUPS, estimate_speedup, layer_time,
+                                   rnn_forward_flops)
 from mxfp16.report.tensor_cores import check_tensor_cores
 from mxfp16.report.underflow import (FLOAT16_MIN_SUBNORMAL, HISTOGRAM_EXPONENTS, gradient_stats,
                                      gradient_underflow, random_batches, recommend_loss_scale)
@@ -346,3 +348,90 @@ def test_too_small_image_is_a_value_error():
     with pytest.raises(ValueError, match="shape inference failed"):
         build_report(ReportConfig("vgg11", image_shape=(3, 8, 8), batch_size=8,
                                   underflow_steps=0))
+
+
+# Sequence models: the built-in LSTM language model (report.sequence), shape inference only unless
+# underflow_steps is given.
+
+def _lm_report(vocab, embed, hidden, batch_size=32, **kwargs):
+    return build_report(ReportConfig("lstm_lm", vocab_size=vocab, embed_size=embed,
+                                     hidden_size=hidden, batch_size=batch_size, gpus=("V100",),
+                                     **dict({"underflow_steps": 0}, **kwargs)))
+
+
+def _by_op(cores):
+    return {layer["op"]: layer for layer in cores["layers"] + cores["embeddings"]}
+
+
+def test_lstm_lm_wikitext2_sizes_break_the_rule_at_vocabulary_embedding_and_hidden():
+    """GluonNLP's standard_lstm_lm_650 on WikiText-2: vocabulary 33278, 650 units, batch 32 x 35."""
+    report = _lm_report(33278, 650, 650)
+    assert report["data_shape"] == [32, 35]
+    layers = _by_op(report["tensor_cores"])
+    assert layers["FullyConnected"]["dims"] == {"M": 32 * 35, "N": 33278, "K": 650}
+    assert layers["FullyConnected"]["suggestions"] == {"N": 33280, "K": 656}
+    assert layers["RNN"]["dims"] == {"batch": 32, "input_size": 650, "hidden_size": 650}
+    assert layers["RNN"]["suggestions"] == {"input_size": 656, "hidden_size": 656}
+    assert layers["Embedding"]["dims"] == {"vocabulary": 33278, "embed_size": 650}
+    assert layers["Embedding"]["suggestions"] == {"vocabulary": 33280, "embed_size": 656}
+    assert not any(layer["eligible"] for layer in layers.values())
+    # embedding V*E, two LSTM layers of 4H gates over (input + hidden) plus two biases, decoder H*V + V
+    lstm = 2 * (4 * 650 * (650 + 650) + 2 * 4 * 650)
+    assert report["memory"]["float32"]["parameters"]["num_parameters"] == \
+        33278 * 650 + lstm + 650 * 33278 + 33278
+
+
+def test_lstm_lm_padded_to_multiples_of_8_is_eligible_everywhere():
+    cores = _lm_report(33280, 512, 512)["tensor_cores"]
+    assert cores["violations"] == [] and cores["embedding_violations"] == []
+    assert [layer["op"] for layer in cores["layers"]] == ["RNN", "FullyConnected"]
+
+
+def test_rnn_runs_at_the_fp32_rate_in_mxnet_and_counts_its_gate_gemms():
+    """MXNet 1.9.1's RNN op has no Tensor Core math: the same time in float16 as in float32 while
+    compute-bound; the decoder, eligible, gets faster."""
+    rows = {row["op"]: row for row in
+            _lm_report(33280, 512, 512)["speedup"]["gpus"]["V100"]["layers"]}
+    # one layer's input and recurrent GEMMs over 4 gates, for both layers, 35 steps of batch 32
+    assert rows["RNN"]["forward_flops"] == 2 * 2 * 35 * 32 * 4 * 512 * (512 + 512)
+    assert rows["RNN"]["float16_s"] == rows["RNN"]["float32_s"]
+    assert rows["FullyConnected"]["float16_s"] < rows["FullyConnected"]["float32_s"] / 4
+
+
+def test_lstm_lm_gradient_underflow_and_recommended_scale():
+    report = _lm_report(40, 16, 16, batch_size=8, seq_len=5, num_layers=1, underflow_steps=1,
+                        underflow_batch_size=4)
+    underflow = report["underflow"]
+    scale = underflow["recommended_scale"]
+    assert scale >= 1 and np.log2(scale).is_integer()
+    assert underflow["recommended"]["underflow_fraction"] <= underflow["scale_1"]["underflow_fraction"]
+    assert underflow["scale_1"]["skipped_steps"] == underflow["recommended"]["skipped_steps"] == 0
+    assert "5. Activation-gradient underflow" in render_text(report)
+
+
+def test_report_config_sequence_length():
+    assert ReportConfig("lstm_lm").seq_len == 35
+    assert ReportConfig("resnet50_v1").seq_len is None
+    with pytest.raises(ValueError, match="seq_len must be a positive"):
+        ReportConfig("lstm_lm", seq_len=0)
+    with pytest.raises(ValueError, match="vocab_size must be a positive whole number, got 0"):
+        _lm_report(0, 16, 16)
+
+
+def test_sequence_length_on_a_network_without_embedding_is_a_value_error():
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
+    with pytest.raises(ValueError, match="the network has no Embedding"):
+        input_vocabulary(inspect_graph(fc, {"data": (2, 5)}))
+
+
+def test_rnn_flops_of_a_bidirectional_two_layer_gru():
+    """Layer 1 reads 8 inputs, layer 2 the 2 x 16 outputs of both directions; 3 gates of 16."""
+    gru = mx.gluon.rnn.GRU(16, num_layers=2, bidirectional=True, input_size=8)
+    gru.initialize()
+    info = inspect_graph(gru(mx.sym.var("data")), {"data": (5, 4, 8)})
+    layer = next(layer for layer in info.layers if layer.op == "RNN")
+    per_direction = 2 * 5 * 4 * 3 * 16
+    assert rnn_forward_flops(layer) == 2 * per_direction * ((8 + 16) + (32 + 16))
+    check = check_tensor_cores(info, gru(mx.sym.var("data")), 4)["layers"][0]
+    assert check["dims"] == {"batch": 4, "input_size": 8, "hidden_size": 16}
+    assert check["eligible"] is False and check["suggestions"] == {"batch": 8}

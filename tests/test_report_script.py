@@ -67,6 +67,34 @@ def test_main_writes_json_markdown_and_plots(kind, report_main, tmp_path, capsys
         assert (out / "plots" / name).read_bytes()[:8] == PNG_MAGIC
 
 
+def test_lstm_language_model_report_suggests_the_padded_vocabulary(report_main, capsys):
+    code = report_main(["--network", "lstm_lm", "--vocab-size", "33278", "--hidden-size", "650",
+                        "--embed-size", "650", "--batch-size", "32", "--gpu", "V100",
+                        "--underflow-steps", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Input 32x35 (batch size 32)" in out and "float16 seq/s" in out
+    assert "N 33278 -> 33280" in out and "hidden_size 650 -> 656" in out
+    assert "vocabulary 33278 -> 33280, embed_size 650 -> 656" in out
+
+
+def test_a_saved_language_model_is_reported_with_its_sequence_length(report_main, tmp_path,
+                                                                      capsys):
+    from mxfp16.report.sequence import LSTMLanguageModel
+    net = LSTMLanguageModel(vocab_size=50, embed_size=16, hidden_size=24, num_layers=1)
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.zeros((2, 5)))
+    prefix = str(tmp_path / "lm")
+    net.export(prefix, epoch=3)
+    code = report_main(["--checkpoint", prefix, "--epoch", "3", "--seq-len", "6", "--batch-size",
+                        "8", "--gpu", "V100", "--underflow-steps", "1", "--underflow-batch-size", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Input 8x6 (batch size 8)" in out and "Layers breaking the rule: " in out
+    assert "N 50 -> 56" in out and "5. Activation-gradient underflow" in out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--network", "resnet5O_v1"], "unknown network 'resnet5O_v1'"),
     (["--image-shape", "3,224"], "bad image shape '3,224'"),
@@ -77,6 +105,8 @@ def test_main_writes_json_markdown_and_plots(kind, report_main, tmp_path, capsys
     (["--checkpoint", "MISSING"], "checkpoint file MISSING-symbol.json not found"),
     (["--network", "vgg11", "--image-shape", "3,8,8", "--underflow-steps", "0"],
      "shape inference failed"),
+    (["--network", "lstm_lm", "--hidden-size", "-1"], "hidden_size must be a positive whole number"),
+    (["--network", "resnet18_v1", "--seq-len", "8"], "Input data should be 4D"),
 ])
 def test_bad_input_is_one_error_line_and_exit_2(args, message, report_main, tmp_path, capsys,
                                                 monkeypatch):

@@ -9,6 +9,7 @@ from ..casting import cast_symbol
 from .graph_info import inspect_graph
 from .memory import check_optimizer, memory_report
 from .precision_map import precision_map
+from .sequence import DEFAULT_SEQ_LEN, SEQUENCE_NETWORKS, input_vocabulary, random_token_batches
 from .source import load_network
 from .plots import save_plots
 from .render import render_markdown
@@ -46,7 +47,11 @@ class ReportConfig:
     """What to report on, and how.
 
     ``gpu_bytes=None`` takes the memory of the first GPU in ``gpus``; ``underflow_steps=0`` skips the
-    gradient histogram (the only part that runs the network).
+    gradient histogram (the only part that runs the network).  A sequence model reads token ids of
+    shape (batch, ``seq_len``) instead of images: ``seq_len`` is set for a built-in sequence network
+    (35 when not given) and must be given for a checkpoint of one; ``vocab_size``, ``embed_size``,
+    ``hidden_size`` and ``num_layers`` size the built-in ``lstm_lm`` (None: GluonNLP's
+    ``standard_lstm_lm_650`` on WikiText-2, see :mod:`mxfp16.report.sequence`).
     """
 
     network: str = "resnet50_v1"
@@ -62,9 +67,18 @@ class ReportConfig:
     underflow_batch_size: int = 8
     headroom: float = DEFAULT_HEADROOM
     seed: int = 0
+    seq_len: int = None
+    vocab_size: int = None
+    embed_size: int = None
+    hidden_size: int = None
+    num_layers: int = None
 
     def __post_init__(self):
         self.image_shape = parse_shape(self.image_shape)
+        if self.seq_len is None and self.network in SEQUENCE_NETWORKS and not self.checkpoint:
+            self.seq_len = DEFAULT_SEQ_LEN
+        if self.seq_len is not None and int(self.seq_len) < 1:
+            raise ValueError(f"seq_len must be a positive whole number, got {self.seq_len!r}")
         self.gpus = tuple(check_gpu(gpu) for gpu in self.gpus)
         self.optimizer = check_optimizer(self.optimizer)
         for name in ("batch_size", "underflow_batch_size", "num_classes"):
@@ -77,14 +91,24 @@ class ReportConfig:
             self.gpu_bytes = GPU_SPECS[self.gpus[0]].memory
 
 
-def _underflow(block, config, num_classes):
+def data_shape(config, batch_size):
+    """The input's shape: (batch, seq_len) of token ids, or (batch, channels, height, width)."""
+    return (batch_size,) + ((config.seq_len,) if config.seq_len else tuple(config.image_shape))
+
+
+def _underflow(block, config, num_classes, info32):
     if not config.underflow_steps:
         return None
     mx.random.seed(config.seed)
     if not config.checkpoint:  # a zoo network comes uninitialized: He initialization, as GluonCV trains
         block.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
-    shape = (config.underflow_batch_size,) + tuple(config.image_shape)
-    batches = random_batches(shape, num_classes, config.underflow_steps, config.seed)
+    if config.seq_len:
+        batches = random_token_batches(config.underflow_batch_size, config.seq_len,
+                                       input_vocabulary(info32), num_classes,
+                                       config.underflow_steps, config.seed)
+    else:
+        batches = random_batches(data_shape(config, config.underflow_batch_size), num_classes,
+                                 config.underflow_steps, config.seed)
     return gradient_underflow(block, batches, headroom=config.headroom,
                               training_batch_size=config.batch_size)
 
@@ -116,9 +140,11 @@ def build_report(config):
     >>> [layer['dims'] for layer in report['tensor_cores']['layers'] if not layer['eligible']]
     [{'batch': 8, 'in_channels': 3, 'out_channels': 64}]
     """
+    sizes = {key: getattr(config, key)
+             for key in ("vocab_size", "embed_size", "hidden_size", "num_layers")}
     name, sym, block = load_network(config.network, config.checkpoint, config.epoch,
-                                    config.num_classes)
-    shapes = {"data": (config.batch_size,) + tuple(config.image_shape)}
+                                    config.num_classes, sizes)
+    shapes = {"data": data_shape(config, config.batch_size)}
     cast = cast_symbol(sym, "float16", emulate=False)
     info32, info16 = inspect_graph(sym, shapes), inspect_graph(cast, shapes)
     cores = check_tensor_cores(info32, sym, config.batch_size, FLOAT16_MULTIPLE)
@@ -133,7 +159,7 @@ def build_report(config):
                                     optimizer=config.optimizer),
             "speedup": {"model": MODEL_SUMMARY, "gpus": speed,
                         "published": published_speedups(None if config.checkpoint else name)},
-            "underflow": _underflow(block, config, num_classes)}
+            "underflow": _underflow(block, config, num_classes, info32)}
 
 
 def _config_dict(config):

@@ -125,12 +125,12 @@ def inspect_graph(sym, data_shapes, data_dtypes=None):
     for index, output in enumerate(internals.list_outputs()):
         entry = internals[index]
         children = entry.get_children()
-        if children is None:
+        node = nodes[entry.name]
+        if node["op"] == "null":
             variables[output] = tensor(output)
             continue
-        if entry.name not in layers:
-            node = nodes[entry.name]
-            layers[entry.name] = Layer(entry.name, node["op"], dict(node.get("attrs", {})),
-                                       [tensor(name) for name in children.list_outputs()])
+        if entry.name not in layers:  # ops without inputs (zeros: an RNN's begin state) have no children
+            inputs = [] if children is None else [tensor(name) for name in children.list_outputs()]
+            layers[entry.name] = Layer(entry.name, node["op"], dict(node.get("attrs", {})), inputs)
         layers[entry.name].outputs.append(tensor(output))
     return GraphInfo(list(layers.values()), variables, frozenset(sym.list_auxiliary_states()))

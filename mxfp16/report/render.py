@@ -50,7 +50,7 @@ def _tensor_core_blocks(cores):
              "x".join(map(str, layer["weight_shape"])),
              " ".join(f"{k}={v}" for k, v in layer["dims"].items()),
              "yes" if layer["eligible"] else "NO", _suggestion(layer), layer["note"] or "-"]
-            for layer in layers]
+            for layer in layers + cores.get("embeddings", [])]
     batch = f"batch size {cores['batch_size']} is " + (
         "a multiple" if cores["batch_size_ok"] else
         f"not a multiple: use {cores['suggested_batch_size']}")
@@ -95,13 +95,13 @@ def _memory_blocks(memory):
             ("text", f"Activation model: {memory['activation_model']}.")]
 
 
-def _speed_blocks(speedup):
+def _speed_blocks(speedup, samples="img"):
     rows = [[key, gpu["gpu"], _ms(gpu["step_s"]["float32"]), _ms(gpu["step_s"]["tf32"]),
              _ms(gpu["step_s"]["float16"]), f"{gpu['images_per_s']['float16']:.0f}",
              _ratio(gpu["speedup_vs_float32"]), _ratio(gpu["speedup_vs_tf32"])]
             for key, gpu in speedup["gpus"].items()]
     blocks = [("title", "4. Estimated GPU speed-up (training step)"),
-              ("table", ["gpu", "model", "float32 ms", "tf32 ms", "float16 ms", "float16 img/s",
+              ("table", ["gpu", "model", "float32 ms", "tf32 ms", "float16 ms", f"float16 {samples}/s",
                          "vs float32", "vs tf32"], rows),
               ("text", f"Model: {speedup['model']}.")]
     if speedup["published"]:
@@ -176,7 +176,8 @@ def report_blocks(report):
     """
     return (_header_blocks(report) + _tensor_core_blocks(report["tensor_cores"])
             + _precision_blocks(report["precision"]) + _memory_blocks(report["memory"])
-            + _speed_blocks(report["speedup"]) + _slowest_layers(report["speedup"])
+            + _speed_blocks(report["speedup"], "seq" if len(report["data_shape"]) == 2 else "img")
+            + _slowest_layers(report["speedup"])
             + _underflow_blocks(report["underflow"]))
 
 

@@ -1,10 +1,12 @@
-"""The network a report is about: a model-zoo name, or a checkpoint (Module or Gluon export)."""
+"""The network a report is about: a model-zoo name, a built-in sequence network (``lstm_lm``), or a
+checkpoint (Module or Gluon export)."""
 import os
 
 import mxnet as mx
 from mxnet import gluon
 
 from ..models import get_network, load_mxnet_checkpoint
+from .sequence import SEQUENCE_NETWORKS, sequence_network
 
 
 def symbol_block(sym, arg_params, aux_params, data_name="data"):
@@ -92,19 +94,23 @@ def load_checkpoint(prefix, epoch, data_name="data"):
                                         data_name)
 
 
-def load_network(network=None, checkpoint=None, epoch=0, num_classes=1000):
+def load_network(network=None, checkpoint=None, epoch=0, num_classes=1000, sequence_sizes=None):
     """The network's name, float32 graph (input ``data``) and Gluon block.
 
     Parameters
     ----------
     network : str or None
-        A model-zoo name (see :func:`mxfp16.models.get_network`); used when ``checkpoint`` is None.
+        A model-zoo name (see :func:`mxfp16.models.get_network`) or a built-in sequence network
+        (:data:`mxfp16.report.sequence.SEQUENCE_NETWORKS`); used when ``checkpoint`` is None.
     checkpoint : str or None
         A checkpoint prefix (Module checkpoint or Gluon export).
     epoch : int
         The checkpoint's epoch.
     num_classes : int
         Classes of a model-zoo network.
+    sequence_sizes : dict or None
+        ``vocab_size``, ``embed_size``, ``hidden_size``, ``num_layers`` of a sequence network
+        (see :func:`mxfp16.report.sequence.sequence_network`).
 
     Returns
     -------
@@ -130,5 +136,8 @@ def load_network(network=None, checkpoint=None, epoch=0, num_classes=1000):
     if not network:
         raise ValueError("no network given: pass a model-zoo name (e.g. network='resnet50_v1') or a "
                          "checkpoint prefix")
-    block = get_network(network, num_classes=num_classes)
+    if network in SEQUENCE_NETWORKS:
+        block = sequence_network(network, **(sequence_sizes or {}))
+    else:
+        block = get_network(network, num_classes=num_classes)
     return network, block(mx.sym.var("data")), block

@@ -11,6 +11,7 @@ gradients) and reads and writes about twice the forward's tensors.  Rates:
   the FP16 Tensor Core rate; ineligible ones at the FP32 rate (a conservative choice: cuDNN and cuBLAS
   may still use Tensor Cores with slower padded kernels).  A first layer that breaks the rule only by
   its 3 input channels counts as padded by cuDNN: Tensor Core rate on the flops of the padded channels.
+  The fused RNN op stays at the FP32 rate (:data:`FP32_MATH_LAYERS`), with half the bytes.
   Other ops (BatchNorm, activations, pooling, additions, the inserted casts) are memory-bound; they run
   at the FP32 rate on the tensors of the cast graph (float16 activations, float32 BatchNorm
   parameters).
@@ -29,6 +30,13 @@ MODEL_SUMMARY = ("roofline per op: max(flops / peak, bytes / bandwidth), x3 for 
                  "float16 Tensor Core rate only for eligible GEMM layers (a 3-channel first layer "
                  "counts as padded by cuDNN), FP32 rate otherwise; published dense peaks, no launch "
                  "overhead, optimizer or data loading: compare ratios, not times")
+
+#: GEMM layers MXNet 1.9.1 runs without Tensor Cores in float16 and TF32: its RNN op sets
+#: ``cudnn_tensor_core_ = false`` and computes float16 data in float32 (src/operator/rnn-inl.h).
+FP32_MATH_LAYERS = ("RNN",)
+
+#: Gate GEMMs per recurrent cell of the fused RNN op's modes.
+RNN_GATES = {"lstm": 4, "gru": 3, "rnn_relu": 1, "rnn_tanh": 1}
 
 #: Forward + backward costs this many forwards (backward = data-gradient + weight-gradient GEMMs).
 TRAINING_FACTOR = 3
@@ -111,6 +119,34 @@ def published_speedups(network):
     return [asdict(item) for item in PUBLISHED_SPEEDUPS]
 
 
+def rnn_forward_flops(layer):
+    """Forward FLOPs of a fused RNN op: per layer and direction, the input and the recurrent GEMM of
+    every gate at every time step (and the projection, where set).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxfp16.report.graph_info import inspect_graph
+    >>> lstm = mx.gluon.rnn.LSTM(16, input_size=8)
+    >>> lstm.initialize()
+    >>> info = inspect_graph(lstm(mx.sym.var('data')), {'data': (5, 2, 8)})
+    >>> rnn_forward_flops(next(l for l in info.layers if l.op == 'RNN'))  # 2*5*2 * 4*16 * (8+16)
+    30720
+    """
+    steps, batch, input_size = layer.inputs[0].shape
+    hidden = int(layer.attrs["state_size"])
+    projection = layer.attrs.get("projection_size", "None")
+    out = hidden if projection == "None" else int(projection)
+    directions = 2 if layer.attrs.get("bidirectional") in ("True", "true", "1") else 1
+    gates = RNN_GATES[layer.attrs["mode"]] * hidden
+    flops = 0
+    for _ in range(int(layer.attrs["num_layers"])):
+        per_step = gates * (input_size + out) + (0 if projection == "None" else hidden * out)
+        flops += 2 * steps * batch * directions * per_step
+        input_size = directions * out
+    return flops
+
+
 def forward_flops(layer):
     """Forward FLOPs of one op (2 per multiply-add for GEMMs, 1 per output value otherwise).
 
@@ -122,6 +158,8 @@ def forward_flops(layer):
     >>> forward_flops(inspect_graph(conv, {'data': (1, 4, 5, 5)}).layers[0])  # 2 * 8*3*3 * 4*3*3
     5184
     """
+    if layer.op == "RNN":
+        return rnn_forward_flops(layer)
     if layer.op in TENSOR_CORE_LAYERS:
         weight = layer.inputs[1]
         # A weight row holds the multiply-adds of one output value (Convolution: C/groups x kernel,
@@ -184,7 +222,7 @@ def layer_time(layer, gpu, mode, check=None):
     (24.0, 'memory')
     """
     flops, rate = forward_flops(layer), gpu.fp32_flops
-    if mode != "float32" and layer.op in TENSOR_CORE_LAYERS:
+    if mode != "float32" and layer.op in TENSOR_CORE_LAYERS and layer.op not in FP32_MATH_LAYERS:
         tensor = gpu.fp16_tensor_flops if mode == "float16" else gpu.tf32_flops
         flops, rate = _tensor_rate(check, flops, tensor, gpu.fp32_flops, 8 if mode == "float16" else 4)
     compute, memory = flops / rate, layer_bytes(layer) / gpu.bandwidth

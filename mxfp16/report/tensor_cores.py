@@ -14,7 +14,16 @@ The checked dimensions:
   per group) has no Tensor Core kernel in cuDNN at all; it is listed as not eligible without a
   suggestion (it is memory-bound, and padding it would not help).
 * ``FullyConnected``: M = batch (all leading dimensions without ``flatten``), N = ``num_hidden``,
-  K = input features.
+  K = input features.  A language model's output layer has N = the vocabulary: 33278 (WikiText-2)
+  breaks the rule, 33280 keeps it.
+* ``RNN`` (the fused LSTM, GRU and RNN of ``gluon.rnn``): the batch, the input size (an embedding
+  size for the first layer) and the hidden size (and the projection size, where set), as NVIDIA's
+  guide asks of recurrent layers.  MXNet 1.9.1 itself runs its float16 RNN op without Tensor Cores
+  (``cudnn_tensor_core_ = false`` in ``src/operator/rnn-inl.h``: float16 storage, float32 math), so
+  the speed estimate keeps it at the FP32 rate; the sizes still decide Tensor Cores for recurrent
+  cells unrolled into ``FullyConnected`` layers and on other frameworks.
+* ``Embedding`` is a lookup, not a GEMM: its vocabulary and embedding size are listed (the
+  embedding size is the K of the layer it feeds, the vocabulary the N of a tied output layer).
 
 Suggestions **round up** to the next multiple of 8: zero-padded channels keep what the network
 computes (rounding down would remove capacity), and rounding up is what cuDNN itself does when it
@@ -33,11 +42,18 @@ FLOAT16_MULTIPLE = 8
 TF32_MULTIPLE = 4
 
 #: The matrix-multiply layers the rule applies to.
-TENSOR_CORE_LAYERS = ("Convolution", "Deconvolution", "FullyConnected")
+TENSOR_CORE_LAYERS = ("Convolution", "Deconvolution", "FullyConnected", "RNN")
+
+#: Lookups whose sizes feed GEMMs: listed and checked, but not GEMMs themselves.
+EMBEDDING_LAYERS = ("Embedding",)
 
 STEM_NOTE = ("reads the network input ({channels} channels): cuDNN pads the input channels itself "
              "and uses Tensor Cores; nothing to change")
 DEPTHWISE_NOTE = "depthwise (1 channel per group): cuDNN has no Tensor Core kernel for it; memory-bound"
+RNN_NOTE = ("MXNet 1.9.1 runs its float16 RNN op with float32 math, without Tensor Cores; the sizes "
+            "matter for unrolled cells and other frameworks")
+EMBEDDING_NOTE = ("a lookup, not a GEMM: embed_size is the K of the next layer, vocabulary the N of a "
+                  "tied output layer")
 
 
 def round_up(value, multiple=FLOAT16_MULTIPLE):
@@ -63,7 +79,9 @@ def gemm_dims(layer):
     -------
     dict
         ``{'batch', 'in_channels', 'out_channels'}`` (per group) for convolutions,
-        ``{'M', 'N', 'K'}`` for FullyConnected.
+        ``{'M', 'N', 'K'}`` for FullyConnected, ``{'batch', 'input_size', 'hidden_size'}`` (and
+        ``'projection_size'`` where set) for RNN (its data is sequence-major, ``(T, N, C)``),
+        ``{'vocabulary', 'embed_size'}`` for Embedding.
 
     Examples
     --------
@@ -74,6 +92,12 @@ def gemm_dims(layer):
     {'M': 8, 'N': 10, 'K': 12}
     """
     data, weight = layer.inputs[0].shape, layer.inputs[1].shape
+    if layer.op == "RNN":
+        dims = {"batch": data[1], "input_size": data[2], "hidden_size": int(layer.attrs["state_size"])}
+        projection = layer.attrs.get("projection_size", "None")
+        return dict(dims, projection_size=int(projection)) if projection != "None" else dims
+    if layer.op == "Embedding":
+        return {"vocabulary": weight[0], "embed_size": weight[1]}
     if layer.op == "FullyConnected":
         flatten = layer.attrs.get("flatten", "True") in ("True", "true", "1")
         features = math.prod(data[1:]) if flatten else data[-1]
@@ -138,13 +162,14 @@ def check_layer(layer, is_stem=False, multiple=FLOAT16_MULTIPLE):
     dims = gemm_dims(layer)
     groups = int(layer.attrs.get("num_group", 1))
     violations = {k: v for k, v in dims.items() if v % multiple}
-    depthwise = layer.op != "FullyConnected" and dims["in_channels"] == 1 and groups > 1
+    depthwise = "in_channels" in dims and dims["in_channels"] == 1 and groups > 1
     per_group = ("in_channels", "out_channels")
     suggestions = {} if depthwise else {
         k: round_up(v, multiple) * (groups if k in per_group else 1) for k, v in violations.items()}
     padded = is_stem and set(violations) == {"in_channels"}
     note = DEPTHWISE_NOTE if depthwise else \
-        STEM_NOTE.format(channels=dims["in_channels"] * groups) if padded else ""
+        STEM_NOTE.format(channels=dims["in_channels"] * groups) if padded else \
+        RNN_NOTE if layer.op == "RNN" else EMBEDDING_NOTE if layer.op in EMBEDDING_LAYERS else ""
     return {"name": layer.name, "op": layer.op, "input_shape": list(layer.inputs[0].shape),
             "weight_shape": list(layer.inputs[1].shape), "output_shape": list(layer.outputs[0].shape),
             "groups": groups, "dims": dims, "violations": violations, "suggestions": suggestions,
@@ -169,8 +194,9 @@ def check_tensor_cores(info, sym, batch_size, multiple=FLOAT16_MULTIPLE):
     -------
     dict
         ``multiple``, ``batch_size``, ``batch_size_ok``, ``suggested_batch_size``, ``layers`` (one
-        :func:`check_layer` dict per GEMM layer) and ``violations`` (the names of the layers that
-        break the rule, in graph order).
+        :func:`check_layer` dict per GEMM layer), ``violations`` (the names of the layers that
+        break the rule, in graph order), ``embeddings`` (one :func:`check_layer` dict per
+        Embedding) and ``embedding_violations``.
 
     Examples
     --------
@@ -184,7 +210,11 @@ def check_tensor_cores(info, sym, batch_size, multiple=FLOAT16_MULTIPLE):
     stems = set(stem_layers(sym))
     layers = [check_layer(layer, layer.name in stems, multiple) for layer in info.layers
               if layer.op in TENSOR_CORE_LAYERS]
+    embeddings = [check_layer(layer, multiple=multiple) for layer in info.layers
+                  if layer.op in EMBEDDING_LAYERS]
     return {"multiple": multiple, "batch_size": batch_size,
             "batch_size_ok": batch_size % multiple == 0,
             "suggested_batch_size": round_up(batch_size, multiple), "layers": layers,
-            "violations": [layer["name"] for layer in layers if not layer["eligible"]]}
+            "violations": [layer["name"] for layer in layers if not layer["eligible"]],
+            "embeddings": embeddings,
+            "embedding_violations": [layer["name"] for layer in embeddings if not layer["eligible"]]}
