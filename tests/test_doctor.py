@@ -39,7 +39,7 @@ SMI_V100_OLD_DRIVER = "Tesla V100-SXM2-16GB, 16160 MiB, 450.80.02\n"
 REPORT_KEYS = {"mxnet_version", "mxnet_distribution", "mxnet_import_error", "numpy_version",
                "gluoncv_version", "mxfp16_version", "python_version", "cuda_build", "features",
                "nvidia_driver", "gpus", "cpu", "env", "float16_mode", "bfloat16_native",
-               "warnings"}
+               "horovod", "warnings"}
 
 CPU_ONLY_WARNING = (
     "MXNet 1.9.1 is a CPU-only build: float16 runs as CPU emulation, which computes every GEMM in "
@@ -117,7 +117,7 @@ def test_main_text_has_every_section(capsys):
     assert main([]) == 0
     heads = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()
              if line and not line.startswith(" ")]
-    assert heads == ["Versions", "MXNet build", "GPUs", "CPU", "float16", "bfloat16",
+    assert heads == ["Versions", "MXNet build", "Horovod", "GPUs", "CPU", "float16", "bfloat16",
                      "Environment (MXNet 1.9 variables that change float16 numerics or speed)",
                      heads[-1]]
     assert heads[-1].startswith("Problems")
@@ -196,6 +196,39 @@ def test_gpu_machine_report_and_text(monkeypatch):
         "bfloat16 yes (via mxnet)"]
     assert ("float16:   gpu: float16 operators on the GPU (Tensor Cores where the GPU has them)"
             in lines)
+
+
+def test_horovod_without_mxnet_support_is_a_problem_with_its_fix():
+    error = "Horovod has not been built with MXNet support enabled."
+    report = diagnose(environ={}, nvidia_smi="", mxnet_gpus=[],
+                      horovod={"version": "0.28.1", "mxnet": False, "error": error})
+    problem = [warning for warning in report["warnings"] if warning.startswith("Horovod")]
+    assert problem == [
+        "Horovod 0.28.1 was built without MXNet: --kv-store horovod and launch.py --launcher "
+        f"horovod cannot run (import horovod.mxnet: {error}). Fix: pip uninstall -y horovod, then "
+        "reinstall it after MXNet with HOROVOD_WITH_MXNET=1 and --no-cache-dir "
+        "--no-build-isolation (the README's second command shows the line)"]
+    assert "Horovod:   0.28.1, WITHOUT MXNet support (see Problems)" in render_text(report)
+
+
+@pytest.mark.parametrize("horovod, line", [
+    ({"version": None, "mxnet": None, "error": None},
+     "Horovod:   not installed (optional, for --kv-store horovod: the README's second command"),
+    ({"version": "0.28.1", "mxnet": True, "error": None}, "Horovod:   0.28.1, with MXNet support")])
+def test_horovod_line(horovod, line):
+    report = diagnose(environ={}, nvidia_smi="", mxnet_gpus=[], horovod=horovod)
+    assert not any(warning.startswith("Horovod") for warning in report["warnings"])
+    assert line in render_text(report)
+
+
+def test_horovod_read_from_the_machine():
+    found = diagnose(environ={}, nvidia_smi="", mxnet_gpus=[])["horovod"]
+    try:
+        import horovod.mxnet  # noqa: F401
+    except ImportError:
+        assert found["mxnet"] is not True
+    else:
+        assert found["mxnet"] is True and found["version"] is not None
 
 
 def test_bench_rows_in_text(monkeypatch):

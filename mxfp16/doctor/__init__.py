@@ -17,14 +17,15 @@ import os
 
 from .envvars import ENV_VARS, read_env
 from .probe import (cuda_version, float16_mode, import_mxnet, merge_gpus, parse_nvidia_smi,
-                    read_cpu, read_features, read_mxnet_gpus, read_versions, run_nvidia_smi)
+                    read_cpu, read_features, read_horovod, read_mxnet_gpus, read_versions,
+                    run_nvidia_smi)
 from .rules import bfloat16_native, find_problems
 
 __all__ = ["diagnose", "ENV_VARS"]
 
 
 def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_gpus=None,
-             versions=None):
+             versions=None, horovod=None):
     """Gather the facts of this machine and the problems they show.
 
     Every argument left at ``None`` is read from the machine.  Where ``import mxnet`` fails, the
@@ -46,6 +47,8 @@ def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_g
         The GPUs MXNet sees, as :func:`mxfp16.doctor.probe.read_mxnet_gpus` gives them.
     versions : dict, optional
         As :func:`mxfp16.doctor.probe.read_versions` gives them.
+    horovod : dict, optional
+        As :func:`mxfp16.doctor.probe.read_horovod` gives it.
 
     Returns
     -------
@@ -53,7 +56,7 @@ def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_g
         JSON-ready: ``mxnet_version``, ``mxnet_distribution``, ``mxnet_import_error`` (``None``
         when MXNet imports), ``numpy_version``, ``gluoncv_version``, ``mxfp16_version``,
         ``python_version``, ``cuda_build``, ``features``, ``nvidia_driver``, ``gpus``, ``cpu``,
-        ``env``, ``float16_mode``, ``bfloat16_native`` and ``warnings``.
+        ``env``, ``float16_mode``, ``bfloat16_native``, ``horovod`` and ``warnings``.
 
     Examples
     --------
@@ -78,5 +81,6 @@ def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_g
     report["float16_mode"] = float16_mode(mx)
     report["bfloat16_native"] = (None if mx is None else
                                  bfloat16_native(report["cpu"], report["features"], report["env"]))
+    report["horovod"] = read_horovod(mx) if horovod is None else dict(horovod)
     report["warnings"] = find_problems(report)
     return report

@@ -309,6 +309,37 @@ def merge_gpus(mxnet_gpus, smi_gpus):
             for index, (gpu, smi) in enumerate(zip(mxnet_gpus, named))]
 
 
+def read_horovod(mx):
+    """Horovod, the second distributed engine (``--kv-store horovod``): its version and whether it
+    was built with MXNet support.
+
+    Parameters
+    ----------
+    mx : module or None
+        MXNet, from :func:`import_mxnet`; without it Horovod's MXNet support is unknown.
+
+    Returns
+    -------
+    dict
+        ``version`` (``None`` when Horovod is not installed), ``mxnet`` (``True``, ``False`` or
+        ``None`` for unknown) and ``error``: why ``horovod.mxnet`` does not import, else ``None``.
+
+    Examples
+    --------
+    >>> horovod = read_horovod(None)
+    >>> sorted(horovod), horovod["mxnet"]
+    (['error', 'mxnet', 'version'], None)
+    """
+    version = distribution_version("horovod")
+    if version is None or mx is None:
+        return {"version": version, "mxnet": None, "error": None}
+    try:
+        import horovod.mxnet  # noqa: F401  (loads Horovod's MXNet extension)
+    except ImportError as error:
+        return {"version": version, "mxnet": False, "error": " ".join(str(error).split())}
+    return {"version": version, "mxnet": True, "error": None}
+
+
 def float16_mode(mx):
     """``'gpu'`` or ``'cpu-emulation'``: what ``mxfp16.cast_block(net, 'float16')`` does here, by
     :func:`mxfp16.resolve_emulate`'s own rule; ``None`` without MXNet.

@@ -46,7 +46,18 @@ def _version_lines(report):
     return versions + ["MXNet build: " + ", ".join(f"{FEATURE_NAMES.get(name, name)} "
                                                    f"{_yes_no(features.get(name))}"
                                                    for name in KEY_FEATURES),
-                       _wrap("  also built with: " + ", ".join(also), "    ")]
+                       _wrap("  also built with: " + ", ".join(also), "    "),
+                       _wrap(_horovod_line(report), "           ")]
+
+
+def _horovod_line(report):
+    horovod = report.get("horovod") or {}
+    if horovod.get("version") is None:
+        return ("Horovod:   not installed (optional, for --kv-store horovod: the README's second "
+                "command installs it)")
+    support = {True: "with MXNet support", False: "WITHOUT MXNet support (see Problems)",
+               None: "MXNet support unknown"}[horovod.get("mxnet")]
+    return f"Horovod:   {horovod['version']}, {support}"
 
 
 def _gpu_lines(report):

@@ -175,9 +175,28 @@ def check_onednn_name(report):
             f"Fix: set MXNET_MKLDNN_ENABLED={value} for MXNet 1.9"]
 
 
+def check_horovod(report):
+    """Horovod installed without MXNet support: ``--kv-store horovod`` cannot run.
+
+    Examples
+    --------
+    >>> check_horovod({"horovod": {"version": "0.28.1", "mxnet": False, "error": "..."}})[0][:44]
+    'Horovod 0.28.1 was built without MXNet: --kv'
+    >>> check_horovod({"horovod": {"version": None, "mxnet": None, "error": None}})
+    []
+    """
+    horovod = report.get("horovod") or {}
+    if horovod.get("mxnet") is not False:
+        return []
+    return [f"Horovod {horovod['version']} was built without MXNet: --kv-store horovod and "
+            f"launch.py --launcher horovod cannot run (import horovod.mxnet: {horovod['error']}). "
+            "Fix: pip uninstall -y horovod, then reinstall it after MXNet with HOROVOD_WITH_MXNET=1 "
+            "and --no-cache-dir --no-build-isolation (the README's second command shows the line)"]
+
+
 #: The checks :func:`find_problems` runs, in the order their warnings are listed.
 CHECKS = (check_numpy, check_mxnet_import, check_cpu_build, check_cuda_driver, check_tensor_cores,
-          check_safe_accumulation, check_tensor_core_switch, check_onednn_name)
+          check_safe_accumulation, check_tensor_core_switch, check_onednn_name, check_horovod)
 
 
 def find_problems(report):
