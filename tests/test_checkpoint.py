@@ -67,8 +67,8 @@ def test_find_checkpoint_takes_prefix_epoch_or_the_latest_epoch(tmp_path):
     for epoch in (1, 2, 10):
         save(prefix, epoch, net, trainer, scaler)
     assert saved_epochs(prefix) == [1, 2, 10]
-    assert find_checkpoint(prefix) == (prefix, 10)
-    assert find_checkpoint(prefix + "-0002") == (prefix, 2)
+    assert find_checkpoint(prefix) == (prefix, 10, 0)
+    assert find_checkpoint(prefix + "-0002") == (prefix, 2, 0)
     with pytest.raises(CheckpointError, match=r"no checkpoint .*r-0003"):
         find_checkpoint(prefix + "-0003")
 
@@ -160,3 +160,33 @@ def test_checkpoint_module_writes_through_temporary_files(tmp_path, monkeypatch)
     assert all(os.path.dirname(src) == os.path.dirname(dst) and ".tmp-" in src
                for src, dst in moves)
     assert checkpoint.CHECKPOINT_FORMAT == json.load(open(paths.meta))["format"]
+
+
+def test_mid_epoch_checkpoints_are_ordered_by_position_and_named_on_resume(tmp_path):
+    net, trainer, scaler = trained_state(steps=1)
+    prefix = str(tmp_path / "r")
+    save(prefix, 1, net, trainer, scaler)
+    save_checkpoint(prefix, 1, block_to_network(net), trainer.save_states, scaler, batch=250)
+    assert checkpoint.saved_positions(prefix) == [(1, 0), (1, 250)]
+    assert saved_epochs(prefix) == [1]  # MXNet's epoch files only
+    latest = load_checkpoint(prefix)
+    assert (latest.epoch, latest.batch, latest.name) == (1, 250, prefix + "-0001+000250")
+    assert latest.meta["batch"] == 250
+    assert find_checkpoint(prefix + "-0001+000250") == (prefix, 1, 250)
+    assert load_checkpoint(prefix + "-0001").batch == 0
+    save(prefix, 2, net, trainer, scaler)
+    assert find_checkpoint(prefix) == (prefix, 2, 0)  # the epoch's end comes after its batches
+
+
+def test_a_checkpoint_cut_short_is_passed_over_for_the_one_before(tmp_path, caplog):
+    net, trainer, scaler = trained_state(steps=1)
+    prefix = str(tmp_path / "r")
+    save(prefix, 1, net, trainer, scaler)
+    save_checkpoint(prefix, 1, block_to_network(net), trainer.save_states, scaler, batch=7)
+    params = checkpoint_paths(prefix, 1, 7).params
+    with open(params, "r+b") as cut:  # the machine died before the disk had all of it
+        cut.truncate(os.path.getsize(params) // 2)
+    assert load_checkpoint(prefix).name == prefix + "-0001"
+    assert "checkpoint %s-0001+000007 is passed over: checkpoint file" % prefix in caplog.text
+    with pytest.raises(CheckpointError, match=r"r-0001\+000007.params' has \d+ bytes, not \d+"):
+        load_checkpoint(prefix + "-0001+000007")  # named: an error, not another checkpoint

@@ -11,9 +11,18 @@ The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files
 * ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
   ``LossScaler.state_dict_key``), metrics, the resolved configuration and the sizes of the other files.
 
-Saving is atomic: each file is written to a temporary file in the same folder, then all are renamed,
-the JSON file last.  A checkpoint exists once its JSON file does, so a process killed during a save
-leaves the previous checkpoints loadable and no half-written one that looks complete.
+A mid-epoch checkpoint (``--save-steps``, ``--save-minutes``, or a stop on SIGTERM/SIGINT) is
+``PREFIX-NNNN+BBBBBB``: ``NNNN`` epochs and ``BBBBBB`` batches of the next epoch done, with the same
+four files (``PREFIX-0001+000250.params``, ...) and, in its JSON file, the position and the partial
+epoch's metrics.  Checkpoints are ordered by position, so ``PREFIX-0002`` comes after
+``PREFIX-0001+000250``.
+
+Saving is atomic: each file is written to a temporary file in the same folder and flushed to disk
+(``fsync``), then all are renamed, the JSON file last, and the folder is flushed.  A checkpoint
+exists once its JSON file does, so a process killed during a save leaves the previous checkpoints
+loadable and no half-written one that looks complete; and since the JSON file records the other
+files' sizes, a checkpoint cut short anyway (a machine that died before the disk had everything) is
+passed over when resuming from ``PREFIX``, for the newest complete one.
 """
 import dataclasses
 import glob
@@ -34,6 +43,7 @@ CHECKPOINT_VERSION = 1
 log = logging.getLogger("mxfp16.train")
 
 _EPOCH_SUFFIX = re.compile(r"^(?P<prefix>.+)-(?P<epoch>\d{4,})$")
+_POSITION_SUFFIX = re.compile(r"^(?P<prefix>.+)-(?P<epoch>\d{4,})(\+(?P<batch>\d{6,}))?$")
 
 
 class CheckpointError(ValueError):
@@ -50,15 +60,29 @@ class CheckpointPaths:
     meta: str
 
 
-def checkpoint_paths(prefix, epoch):
-    """The files of the checkpoint of ``epoch`` under ``prefix``.
+def checkpoint_name(prefix, epoch, batch=0):
+    """``PREFIX-NNNN`` after ``epoch`` epochs, ``PREFIX-NNNN+BBBBBB`` ``batch`` batches further.
+
+    Examples
+    --------
+    >>> checkpoint_name('runs/r50', 3), checkpoint_name('runs/r50', 3, 250)
+    ('runs/r50-0003', 'runs/r50-0003+000250')
+    """
+    return "%s-%04d" % (prefix, epoch) + ("+%06d" % batch if batch else "")
+
+
+def checkpoint_paths(prefix, epoch, batch=0):
+    """The files of the checkpoint of ``epoch`` (and ``batch`` batches of the next) under
+    ``prefix``.
 
     Examples
     --------
     >>> checkpoint_paths('runs/r50', 3).params
     'runs/r50-0003.params'
+    >>> checkpoint_paths('runs/r50', 3, 250).meta
+    'runs/r50-0003+000250.json'
     """
-    stem = "%s-%04d" % (prefix, epoch)
+    stem = checkpoint_name(prefix, epoch, batch)
     return CheckpointPaths(f"{prefix}-symbol.json", f"{stem}.params", f"{stem}.states",
                            f"{stem}.json")
 
@@ -72,6 +96,8 @@ class Checkpoint:
     prefix : str
     epoch : int
         Epochs done; training resumes with epoch ``epoch`` (counting from 0).
+    batch : int
+        Batches of epoch ``epoch`` done (0 for an epoch checkpoint).
     network : mxfp16.models.Network
         The float32 graph and parameters.
     states_path : str
@@ -86,11 +112,12 @@ class Checkpoint:
     network: Network
     states_path: str
     meta: dict
+    batch: int = 0
 
     @property
     def name(self):
-        """``PREFIX-NNNN``, as ``--resume`` takes it."""
-        return "%s-%04d" % (self.prefix, self.epoch)
+        """``PREFIX-NNNN`` or ``PREFIX-NNNN+BBBBBB``, as ``--resume`` takes it."""
+        return checkpoint_name(self.prefix, self.epoch, self.batch)
 
 
 def _staged(path, write):
@@ -98,6 +125,8 @@ def _staged(path, write):
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         write(tmp)
+        with open(tmp, "rb") as written:  # on the disk before the rename makes it count
+            os.fsync(written.fileno())
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -105,7 +134,21 @@ def _staged(path, write):
     return tmp
 
 
-def save_checkpoint(prefix, epoch, network, save_states, scaler, **meta):
+def _sync_folder(folder):
+    """Flush a folder's entries (the renames) to disk; a no-op where folders cannot be opened."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta):
     """Save a checkpoint atomically (see the module notes).
 
     Parameters
@@ -121,6 +164,8 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, **meta):
         ``module.save_optimizer_states``).
     scaler : mxfp16.LossScaler
         Its ``state_dict()`` is stored under its ``state_dict_key``.
+    batch : int
+        Batches of epoch ``epoch`` done: a mid-epoch checkpoint ``PREFIX-NNNN+BBBBBB``.
     **meta
         JSON-ready values stored too (``num_update``, ``lr``, ``api``, ``dtype``, ``config``, ...).
 
@@ -128,8 +173,9 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, **meta):
     -------
     CheckpointPaths
     """
-    paths = checkpoint_paths(prefix, epoch)
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    paths = checkpoint_paths(prefix, epoch, batch)
+    folder = os.path.dirname(os.path.abspath(prefix))
+    os.makedirs(folder, exist_ok=True)
     params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
     staged = []
@@ -139,6 +185,7 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, **meta):
         staged.append((_staged(paths.params, lambda p: mx.nd.save(p, params)), paths.params))
         staged.append((_staged(paths.states, save_states), paths.states))
         record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
+                      batch=batch,
                       files={os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged},
                       **{scaler.state_dict_key: scaler.state_dict()})
         staged.append((_staged(paths.meta, lambda p: _write_json(p, record)), paths.meta))
@@ -148,6 +195,7 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, **meta):
         raise
     for tmp, final in staged:
         os.replace(tmp, final)
+    _sync_folder(folder)
     return paths
 
 
@@ -156,8 +204,30 @@ def _write_json(path, record):
         json.dump(record, out, indent=1, sort_keys=True)
 
 
+def saved_positions(prefix):
+    """``(epoch, batch)`` of every checkpoint with a JSON file under ``prefix``, oldest first
+    (``batch`` 0 for epoch checkpoints).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> for epoch, batch in ((2, 0), (10, 0), (2, 31)):
+    ...     open(checkpoint_paths(prefix, epoch, batch).meta, 'w').close()
+    >>> saved_positions(prefix)
+    [(2, 0), (2, 31), (10, 0)]
+    """
+    positions = []
+    for path in glob.glob(glob.escape(prefix) + "-*.json"):
+        match = _POSITION_SUFFIX.match(path[:-len(".json")])
+        if match and match.group("prefix") == prefix:
+            positions.append((int(match.group("epoch")), int(match.group("batch") or 0)))
+    return sorted(positions)
+
+
 def saved_epochs(prefix):
-    """Epochs with a complete checkpoint (a JSON file) under ``prefix``, in increasing order.
+    """Epochs with a complete checkpoint (a JSON file) under ``prefix``, in increasing order;
+    mid-epoch checkpoints left out.
 
     Examples
     --------
@@ -168,35 +238,39 @@ def saved_epochs(prefix):
     >>> saved_epochs(prefix)
     [2, 10]
     """
-    epochs = []
-    for path in glob.glob(glob.escape(prefix) + "-*.json"):
-        match = _EPOCH_SUFFIX.match(path[:-len(".json")])
-        if match and match.group("prefix") == prefix:
-            epochs.append(int(match.group("epoch")))
-    return sorted(epochs)
+    return [epoch for epoch, batch in saved_positions(prefix) if not batch]
+
+
+def _candidates(spec):
+    """``[(prefix, epoch, batch), ...]`` a ``--resume`` value may mean, the one to try first first:
+    the named checkpoint, or every checkpoint under a prefix, newest first."""
+    spec = str(spec)
+    match = _POSITION_SUFFIX.match(spec)
+    if match and os.path.isfile(f"{spec}.json"):
+        return [(match.group("prefix"), int(match.group("epoch")), int(match.group("batch") or 0))]
+    positions = saved_positions(spec)
+    if positions:
+        return [(spec, epoch, batch) for epoch, batch in reversed(positions)]
+    if match and os.path.isfile(f"{spec}.params"):
+        raise CheckpointError(f"checkpoint {spec!r} has {spec}.params but no {spec}.json: its save "
+                              "was interrupted or it was not written by mxfp16; resume from an "
+                              "earlier epoch, or fine-tune from it with scripts/fine_tune.py")
+    raise CheckpointError(f"no checkpoint {spec!r}: expected {spec}.json (PREFIX-NNNN or "
+                          f"PREFIX-NNNN+BBBBBB) or {spec}-NNNN.json files (PREFIX); pass the "
+                          "--model-prefix of a run, with or without -NNNN")
 
 
 def find_checkpoint(spec):
-    """``(prefix, epoch)`` of a ``--resume`` value: ``PREFIX-NNNN``, or ``PREFIX`` for its latest.
+    """``(prefix, epoch, batch)`` of a ``--resume`` value: ``PREFIX-NNNN``, ``PREFIX-NNNN+BBBBBB``,
+    or ``PREFIX`` for its newest checkpoint (mid-epoch ones included; :func:`load_checkpoint` passes
+    over incomplete ones).
 
     Raises
     ------
     CheckpointError
         If there is no such checkpoint, naming what was looked for.
     """
-    match = _EPOCH_SUFFIX.match(str(spec))
-    if match and os.path.isfile(f"{spec}.json"):
-        return match.group("prefix"), int(match.group("epoch"))
-    epochs = saved_epochs(str(spec))
-    if epochs:
-        return str(spec), epochs[-1]
-    if match and os.path.isfile(f"{spec}.params"):
-        raise CheckpointError(f"checkpoint {spec!r} has {spec}.params but no {spec}.json: its save "
-                              "was interrupted or it was not written by mxfp16; resume from an "
-                              "earlier epoch, or fine-tune from it with scripts/fine_tune.py")
-    raise CheckpointError(f"no checkpoint {spec!r}: expected {spec}.json (PREFIX-NNNN) or "
-                          f"{spec}-NNNN.json files (PREFIX); pass the --model-prefix of a run, with "
-                          "or without -NNNN")
+    return _candidates(spec)[0]
 
 
 def _read_meta(path):
@@ -230,7 +304,9 @@ def load_checkpoint(spec):
     Parameters
     ----------
     spec : str
-        ``PREFIX-NNNN``, or ``PREFIX`` for the latest epoch saved under it.
+        ``PREFIX-NNNN`` or ``PREFIX-NNNN+BBBBBB``, or ``PREFIX`` for the newest complete checkpoint
+        saved under it: an incomplete or unreadable one is passed over (with a warning) for the one
+        before.
 
     Returns
     -------
@@ -239,7 +315,8 @@ def load_checkpoint(spec):
     Raises
     ------
     CheckpointError
-        If it does not exist, is incomplete or cannot be read.
+        If it does not exist, is incomplete or cannot be read (for ``PREFIX``: none under it
+        can).
 
     Examples
     --------
@@ -258,20 +335,34 @@ def load_checkpoint(spec):
     >>> sorted(loaded.network.arg_params)
     ['fc_bias', 'fc_weight']
     """
-    prefix, epoch = find_checkpoint(spec)
-    paths = checkpoint_paths(prefix, epoch)
+    candidates = _candidates(spec)
+    for index, (prefix, epoch, batch) in enumerate(candidates):
+        try:
+            return _load(prefix, epoch, batch)
+        except CheckpointError as error:
+            if index + 1 == len(candidates):
+                raise
+            log.warning("checkpoint %s is passed over: %s", checkpoint_name(prefix, epoch, batch),
+                        " ".join(str(error).split()))
+    raise AssertionError("unreachable")
+
+
+def _load(prefix, epoch, batch):
+    paths = checkpoint_paths(prefix, epoch, batch)
+    name = checkpoint_name(prefix, epoch, batch)
     meta = _read_meta(paths.meta)
     _check_sizes(paths, meta)
     try:
         symbol = mx.sym.load(paths.symbol)
         saved = mx.nd.load(paths.params)
     except mx.base.MXNetError as error:
-        raise CheckpointError(f"checkpoint {prefix}-{epoch:04d} cannot be read "
+        raise CheckpointError(f"checkpoint {name} cannot be read "
                               f"({str(error).strip().splitlines()[0][:120]}): resume from "
                               "another epoch") from None
     arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
-    return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta)
+    return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta,
+                      batch)
 
 
 def _examples(names):
