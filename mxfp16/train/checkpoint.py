@@ -24,7 +24,6 @@ loadable and no half-written one that looks complete; and since the JSON file re
 files' sizes, a checkpoint cut short anyway (a machine that died before the disk had everything) is
 passed over when resuming from ``PREFIX``, for the newest complete one.
 """
-import dataclasses
 import glob
 import json
 import logging
@@ -225,6 +224,28 @@ def saved_positions(prefix):
     return sorted(positions)
 
 
+def remove_mid_epoch_checkpoints(prefix, before):
+    """Delete the mid-epoch checkpoints under ``prefix`` older than position ``before`` (an
+    ``(epoch, batch)`` just saved), JSON file first so none is ever left looking complete.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> for epoch, batch in ((1, 0), (1, 50), (1, 100)):
+    ...     open(checkpoint_paths(prefix, epoch, batch).meta, 'w').close()
+    >>> remove_mid_epoch_checkpoints(prefix, before=(1, 100))
+    >>> saved_positions(prefix)
+    [(1, 0), (1, 100)]
+    """
+    for epoch, batch in saved_positions(prefix):
+        if batch and (epoch, batch) < tuple(before):
+            paths = checkpoint_paths(prefix, epoch, batch)
+            for path in (paths.meta, paths.params, paths.states):
+                if os.path.exists(path):
+                    os.remove(path)
+
+
 def saved_epochs(prefix):
     """Epochs with a complete checkpoint (a JSON file) under ``prefix``, in increasing order;
     mid-epoch checkpoints left out.
@@ -402,68 +423,3 @@ def check_fits(params, expected, source, hint):
         problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
     if problems:
         raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")
-
-
-@dataclasses.dataclass(frozen=True)
-class StartPoint:
-    """Where a run starts: the first epoch, the updates done before it and the optimizer state
-    (``states_order``: the parameter names in the order of a GluonCV ``.states`` file)."""
-
-    begin_epoch: int = 0
-    num_update: int = 0
-    states_path: str = None
-    states_order: tuple = None
-
-
-def resume_checkpoint(spec, network, *, api, dtype, optimizer):
-    """Load the checkpoint ``spec`` (``--resume``) and check it fits the network and settings.
-
-    Raises
-    ------
-    CheckpointError
-        If it does not exist, or was trained with another API, dtype, optimizer, network or class
-        count.
-    """
-    checkpoint = load_checkpoint(spec)
-    trained = checkpoint.meta.get("config", {})
-    for flag, value in (("api", api), ("dtype", dtype), ("optimizer", optimizer)):
-        saved = trained.get(flag)
-        if saved != value:
-            raise CheckpointError(f"checkpoint {checkpoint.name!r} was trained with --{flag} {saved} "
-                                  f"and its optimizer state is for that: resume with --{flag} {saved}")
-    check_fits({**checkpoint.network.arg_params, **checkpoint.network.aux_params},
-               {**network.arg_params, **network.aux_params},
-               f"checkpoint {checkpoint.name!r} (--network {trained.get('network')} "
-               f"--num-classes {trained.get('num_classes')})",
-               "resume with the --network and --num-classes it was trained with")
-    return checkpoint
-
-
-def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, model_prefix):
-    """The network and :class:`StartPoint` of a run that resumes the checkpoint ``spec``.
-
-    The network gets the checkpoint's values and ``scaler`` its state; with no ``spec`` the run
-    starts from scratch with ``network`` as given.
-
-    Raises
-    ------
-    CheckpointError
-        See :func:`resume_checkpoint`.
-    ValueError
-        If the checkpoint has trained all ``num_epochs`` already.
-    """
-    if not spec:
-        return network, StartPoint()
-    checkpoint = resume_checkpoint(spec, network, api=api, dtype=dtype, optimizer=optimizer)
-    if checkpoint.epoch >= num_epochs:
-        raise ValueError(f"checkpoint {checkpoint.name!r} has trained {checkpoint.epoch} epochs, "
-                         f"all of --num-epochs {num_epochs}: raise --num-epochs to continue")
-    scaler.load_state_dict(checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict()))
-    log.info("resuming from checkpoint %s", checkpoint.name)
-    if not model_prefix:
-        log.warning("no --model-prefix: this run saves no checkpoint (pass --model-prefix %s to "
-                    "continue the run's checkpoints)", checkpoint.prefix)
-    network = dataclasses.replace(network, arg_params=checkpoint.network.arg_params,
-                                  aux_params=checkpoint.network.aux_params)
-    return network, StartPoint(checkpoint.epoch, checkpoint.meta.get("num_update", 0),
-                               checkpoint.states_path)
