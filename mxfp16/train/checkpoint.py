@@ -57,6 +57,7 @@ class CheckpointPaths:
     params: str
     states: str
     meta: str
+    devices: str = None
 
 
 def checkpoint_name(prefix, epoch, batch=0):
@@ -83,7 +84,7 @@ def checkpoint_paths(prefix, epoch, batch=0):
     """
     stem = checkpoint_name(prefix, epoch, batch)
     return CheckpointPaths(f"{prefix}-symbol.json", f"{stem}.params", f"{stem}.states",
-                           f"{stem}.json")
+                           f"{stem}.json", f"{stem}.devices")
 
 
 @dataclass
@@ -112,6 +113,12 @@ class Checkpoint:
     states_path: str
     meta: dict
     batch: int = 0
+
+    @property
+    def devices_path(self):
+        """The ``.devices`` file (each device's auxiliary states), None without."""
+        path = checkpoint_paths(self.prefix, self.epoch, self.batch).devices
+        return path if os.path.basename(path) in self.meta.get("files", {}) else None
 
     @property
     def name(self):
@@ -147,7 +154,8 @@ def _sync_folder(folder):
         os.close(descriptor)
 
 
-def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta):
+def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device_aux=None,
+                    **meta):
     """Save a checkpoint atomically (see the module notes).
 
     Parameters
@@ -165,6 +173,10 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta
         Its ``state_dict()`` is stored under its ``state_dict_key``.
     batch : int
         Batches of epoch ``epoch`` done: a mid-epoch checkpoint ``PREFIX-NNNN+BBBBBB``.
+    device_aux : dict of str to NDArray, optional
+        Each device's auxiliary states (``'DEVICE:name'``), which a run on several devices keeps
+        apart: written to a fifth file, ``.devices``, so that a resumed run on the same devices
+        continues bit for bit (the ``.params`` file has one value for all).
     **meta
         JSON-ready values stored too (``num_update``, ``lr``, ``api``, ``dtype``, ``config``, ...).
 
@@ -183,6 +195,9 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta
             p, remove_amp_cast=False)), paths.symbol))
         staged.append((_staged(paths.params, lambda p: mx.nd.save(p, params)), paths.params))
         staged.append((_staged(paths.states, save_states), paths.states))
+        if device_aux:
+            staged.append((_staged(paths.devices, lambda p: mx.nd.save(p, device_aux)),
+                           paths.devices))
         record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
                       batch=batch,
                       files={os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged},
@@ -241,7 +256,7 @@ def remove_mid_epoch_checkpoints(prefix, before):
     for epoch, batch in saved_positions(prefix):
         if batch and (epoch, batch) < tuple(before):
             paths = checkpoint_paths(prefix, epoch, batch)
-            for path in (paths.meta, paths.params, paths.states):
+            for path in (paths.meta, paths.params, paths.states, paths.devices):
                 if os.path.exists(path):
                     os.remove(path)
 

@@ -253,7 +253,7 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
         stopping = checkpointer is not None and checkpointer.stop_requested()
         name = None
         if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs or stopping):
-            name = save(epoch + 1, record, *api.snapshot())
+            name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
             if checkpointer is not None:
                 checkpointer.policy.saved()
         if stopping and epoch + 1 < num_epochs:
@@ -267,10 +267,11 @@ def checkpoint_saver(prefix, scaler, config_dict, **static_meta):
     network, the optimizer state, the scaler's state, the update count, the learning rate, the
     record, the configuration, ``static_meta`` and, mid-epoch, the partial epoch's statistics),
     removes the mid-epoch checkpoints before it, and returns its name."""
-    def save(epochs_done, record, network, save_states, batch=0, progress=None):
+    def save(epochs_done, record, network, save_states, batch=0, progress=None, device_aux=None):
         paths = save_checkpoint(prefix, epochs_done, network, save_states, scaler, batch=batch,
-                                num_update=record["num_update"], lr=record["lr"], metrics=record,
-                                config=config_dict, progress=progress, **static_meta)
+                                device_aux=device_aux, num_update=record["num_update"],
+                                lr=record["lr"], metrics=record, config=config_dict,
+                                progress=progress, **static_meta)
         name = paths.meta[:-len(".json")]
         remove_mid_epoch_checkpoints(prefix, before=(epochs_done, batch))
         log.info("saved checkpoint %s", name)
@@ -325,9 +326,12 @@ def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
         if gluoncv_states:
             load_gluoncv_states(api.trainer, gluoncv_states, start.states_order,
                                 dtype=config.dtype, master_values=network.arg_params)
-        return api
-    return ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
-                     num_classes=config.num_classes, **common)
+    else:
+        api = ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
+                        num_classes=config.num_classes, **common)
+    if start.devices_path and start.num_devices == len(ctx):  # each device's BatchNorm statistics
+        api.load_device_aux(mx.nd.load(start.devices_path))
+    return api
 
 
 def _epoch_settings(config, num_workers):
@@ -418,7 +422,8 @@ def train(config, network=None, metrics_path=None, states_order=None):
     if config.monitor:  # MXNet example's --monitor N
         api = ParameterMonitor(api, config.monitor)
     save = checkpoint_saver(config.model_prefix, scaler, config.to_dict(),
-                            num_workers=num_workers, batches_per_epoch=data.batches_per_epoch) \
+                            num_workers=num_workers, batches_per_epoch=data.batches_per_epoch,
+                            num_devices=len(ctx)) \
         if config.model_prefix and rank == 0 else None
     with MetricsLog(metrics_path if rank == 0 else None,
                     config.tensorboard if rank == 0 else None) as metrics_log, \
@@ -443,7 +448,8 @@ def _mid_epoch_saver(api, save):
 
     def save_position(epoch, batch, meter_state):
         record = dict(event="progress", epoch=epoch, batch=batch, **run_status(api))
-        return save(epoch, record, *api.snapshot(), batch=batch, progress=meter_state)
+        return save(epoch, record, *api.snapshot(), batch=batch, progress=meter_state,
+                    device_aux=api.device_aux())
     return save_position
 
 

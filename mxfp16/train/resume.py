@@ -20,6 +20,8 @@ class StartPoint:
     states_order: tuple = None
     begin_batch: int = 0
     meter_state: dict = None
+    devices_path: str = None
+    num_devices: int = None
 
 
 #: Settings a mid-epoch checkpoint must be resumed with: with others, "batch B of epoch E" would
@@ -118,4 +120,6 @@ def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, mode
                                   aux_params=checkpoint.network.aux_params)
     return network, StartPoint(checkpoint.epoch, checkpoint.meta.get("num_update", 0),
                                checkpoint.states_path, begin_batch=checkpoint.batch,
-                               meter_state=checkpoint.meta.get("progress"))
+                               meter_state=checkpoint.meta.get("progress"),
+                               devices_path=checkpoint.devices_path,
+                               num_devices=checkpoint.meta.get("num_devices"))

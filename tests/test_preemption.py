@@ -1,0 +1,124 @@
+"""Preemption: SIGTERM, SIGINT and kill -9 in the middle of an epoch, then ``--resume``, end with the
+weights of a run that was never interrupted, bit for bit (float16, dynamic loss scaling), for both
+APIs, one and two devices, synthetic data and an image folder.
+
+The signals are sent when the script's log shows the batch was reached (``--disp-batches 1`` logs
+every batch), never after a fixed sleep.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import pytest
+
+from conftest import SCRIPTS_DIR, load_script_main
+from mxfp16.train import checkpoint
+
+#: float16 with the default dynamic loss scale, a network with BatchNorm; 2 epochs.
+COMMON = ["--network", "cifar_resnet20_v1", "--image-shape", "3,16,16", "--num-classes", "4",
+          "--top-k", "2", "--dtype", "float16", "--num-epochs", "2", "--disp-batches", "1",
+          "--optimizer", "adam", "--lr", "0.01", "--lr-mode", "cosine"]
+#: Synthetic data: 12 batches of 4 per epoch.  Image folder (48 images, 38 for training): 10.
+SOURCES = {"synthetic": ["--benchmark", "1", "--num-examples", "48", "--batch-size", "4"],
+           "folder": ["--batch-size", "4", "--val-fraction", "0.2"]}
+
+
+def data_flags(source, image_folder):
+    return SOURCES[source] + (["--data-dir", str(image_folder)] if source == "folder" else [])
+
+
+@pytest.fixture(scope="module")
+def train_imagenet():
+    return load_script_main("train_imagenet")
+
+
+def run_until(args, marker, signum, cwd):
+    """Run train_imagenet.py with ``args``; send ``signum`` once a log line contains ``marker``.
+
+    Returns
+    -------
+    tuple
+        ``(exit code, output)``.
+    """
+    process = subprocess.Popen([sys.executable, os.path.join(SCRIPTS_DIR, "train_imagenet.py"),
+                                *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=cwd)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line:
+            process.send_signal(signum)
+            break
+    rest, _ = process.communicate(timeout=300)
+    return process.returncode, "".join(lines) + rest
+
+
+def final_weights(prefix, epoch=2):
+    return mx.nd.load(checkpoint.checkpoint_paths(prefix, epoch).params)
+
+
+def assert_identical(expected, actual):
+    assert sorted(expected) == sorted(actual)
+    different = [name for name in expected
+                 if not (expected[name] == actual[name]).min().asscalar()]
+    assert different == []
+
+
+#: signal, API, devices, data, --save-steps: every signal, API, device count and source is covered.
+CASES = [
+    ("SIGTERM", "gluon", 1, "synthetic", 0),
+    ("SIGTERM", "module", 2, "folder", 0),
+    ("SIGINT", "gluon", 2, "folder", 0),
+    ("SIGINT", "module", 1, "synthetic", 0),
+    ("SIGKILL", "gluon", 1, "folder", 3),
+    ("SIGKILL", "module", 2, "synthetic", 3),
+]
+
+
+@pytest.mark.parametrize("signal_name, api, devices, source, save_steps", CASES)
+def test_interrupted_and_resumed_run_ends_bit_identical(
+        train_imagenet, image_folder, tmp_path, signal_name, api, devices, source, save_steps):
+    args = COMMON + data_flags(source, image_folder) + ["--api", api]
+    if devices > 1:
+        args += ["--cpus", str(devices)]
+    if save_steps:
+        args += ["--save-steps", str(save_steps)]
+    full = str(tmp_path / "full" / "r")
+    assert train_imagenet(args + ["--model-prefix", full]) == 0
+
+    part = str(tmp_path / "part" / "r")
+    code, output = run_until(args + ["--model-prefix", part], "Epoch[1] Batch[5]",
+                             getattr(signal, signal_name), tmp_path)
+    expected_code = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[signal_name]
+    assert code == expected_code, output
+    positions = checkpoint.saved_positions(part)
+    epoch, batch = positions[-1]
+    if signal_name == "SIGKILL":  # the newest --save-steps checkpoint, no line
+        per_epoch = {"synthetic": 12, "folder": 10}[source]
+        assert epoch == 1 and 0 < batch <= 5 and "stopped by" not in output
+        assert (epoch * per_epoch + batch) % save_steps == 0  # counted over the run
+    else:
+        assert epoch == 1 and 5 <= batch < 10, positions
+        stopped = [line for line in output.splitlines() if "stopped by" in line]
+        assert len(stopped) == 1
+        assert f"stopped by {signal_name} after batch {batch} of epoch 1: saved checkpoint " \
+               f"{part}-0001+{batch:06d}; resume with: " in stopped[0]
+        assert stopped[0].endswith(f"--model-prefix {part} --resume {part}; exit code "
+                                   f"{expected_code}")
+    assert [b for _, b in positions if b] == [batch]  # only the newest mid-epoch one is kept
+    with open(checkpoint.checkpoint_paths(part, epoch, batch).meta) as meta:
+        assert json.load(meta)["progress"]["batches"] == batch
+
+    assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
+    assert_identical(final_weights(full), final_weights(part))
+    with open(checkpoint.checkpoint_paths(full, 2).meta) as a, \
+            open(checkpoint.checkpoint_paths(part, 2).meta) as b:
+        full_meta, part_meta = json.load(a), json.load(b)
+    for key in ("num_update", "lr", "loss_scaler"):
+        assert full_meta[key] == part_meta[key]
+    for key in ("train_loss", "train_acc", "top1", "skipped_steps", "num_skipped"):
+        assert full_meta["metrics"][key] == part_meta["metrics"][key], key
+    assert checkpoint.saved_positions(part) == [(1, 0), (2, 0)]  # mid-epoch ones removed
