@@ -122,3 +122,98 @@ def test_interrupted_and_resumed_run_ends_bit_identical(
     for key in ("train_loss", "train_acc", "top1", "skipped_steps", "num_skipped"):
         assert full_meta["metrics"][key] == part_meta["metrics"][key], key
     assert checkpoint.saved_positions(part) == [(1, 0), (2, 0)]  # mid-epoch ones removed
+
+
+# --------------------------------------------------------------------------------------------------
+# Distributed jobs (scripts/launch.py, dist_sync on 127.0.0.1)
+# --------------------------------------------------------------------------------------------------
+
+LAUNCH = os.path.join(SCRIPTS_DIR, "launch.py")
+#: A job is stopped by the launcher's own timeout if anything hangs.
+JOB_TIMEOUT = 120
+DIST = ["--kv-store", "dist_sync", "--network", "cifar_resnet20_v1", "--image-shape", "3,16,16",
+        "--num-classes", "4", "--top-k", "2", "--dtype", "float16", "--num-epochs", "2",
+        "--disp-batches", "1", "--optimizer", "adam", "--lr", "0.01", "--benchmark", "1",
+        "--num-examples", "48", "--batch-size", "4"]
+
+
+def launch_command(log_dir, args):
+    return [sys.executable, LAUNCH, "-n", "2", "-s", "1", "--timeout", str(JOB_TIMEOUT),
+            "--log-dir", str(log_dir), "--env", "OMP_NUM_THREADS:1", "--", sys.executable,
+            os.path.join(SCRIPTS_DIR, "train_imagenet.py"), *args]
+
+
+def rank_0_log(log_dir):
+    """The text of the log of the worker that logs at INFO level (rank 0), '' before it does."""
+    for name in ("worker-0.log", "worker-1.log"):
+        path = os.path.join(log_dir, name)
+        text = open(path, errors="replace").read() if os.path.exists(path) else ""
+        if " INFO " in text:
+            return text
+    return ""
+
+
+def wait_for_log(process, log_dir, marker):
+    """Poll rank 0's log until it shows ``marker``; fail if the job ends first."""
+    while process.poll() is None:
+        if marker in rank_0_log(log_dir):
+            return
+        try:
+            process.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    raise AssertionError(f"the job ended before {marker!r}: {rank_0_log(log_dir)[-2000:]}")
+
+
+def test_sigterm_to_the_launcher_stops_every_worker_at_one_step_then_the_job_resumes(tmp_path):
+    prefix = str(tmp_path / "run" / "r")
+    args = DIST + ["--model-prefix", prefix]
+    job = subprocess.Popen(launch_command(tmp_path / "logs", args), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    wait_for_log(job, tmp_path / "logs", "Epoch[1] Batch[3]")
+    job.send_signal(signal.SIGTERM)
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    assert job.returncode == 143, output
+    logs = {task: open(tmp_path / "logs" / f"worker-{task}.log").read() for task in (0, 1)}
+    stopped = [line for log in logs.values() for line in log.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1 and "stopped by SIGTERM" in stopped[0]  # rank 0 speaks for the job
+    (epoch, batch), = [p for p in checkpoint.saved_positions(prefix) if p[1]]
+    assert epoch == 1 and batch >= 3
+    assert f"saved checkpoint {prefix}-0001+{batch:06d}" in stopped[0]
+    # Both workers stopped after that step: rank 1 did not log a batch past it.
+    assert f"Epoch[1] Batch[{batch + 1}]" not in logs[0] + logs[1]
+
+    resumed = subprocess.run(launch_command(tmp_path / "logs2", args + ["--resume", prefix]),
+                             capture_output=True, text=True, timeout=JOB_TIMEOUT + 30)
+    assert resumed.returncode == 0, rank_0_log(tmp_path / "logs2")[-3000:]
+    assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0)]
+    assert f"starting at epoch 1, batch {batch}" in rank_0_log(tmp_path / "logs2")
+
+
+def test_a_killed_worker_ends_the_job_with_one_line_and_it_resumes_from_save_steps(tmp_path):
+    prefix = str(tmp_path / "run" / "r")
+    args = DIST + ["--model-prefix", prefix, "--save-steps", "2"]
+    job = subprocess.Popen(launch_command(tmp_path / "logs", args), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    wait_for_log(job, tmp_path / "logs", "Epoch[0] Batch[5]")
+    output_so_far = ""
+    worker_1 = None
+    for line in job.stdout:  # the launcher names each process and its pid as it starts it
+        output_so_far += line
+        if "started worker 1" in line or "started worker-1" in line:
+            worker_1 = int(line.split("(pid ")[1].split(")")[0])
+            break
+    assert worker_1, output_so_far
+    os.kill(worker_1, signal.SIGKILL)
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    output = output_so_far + output
+    assert job.returncode == 128 + signal.SIGKILL, output
+    failed = [line for line in output.splitlines() if "failed with exit code" in line]
+    assert len(failed) == 1 and "137" in failed[0] and "worker" in failed[0], output
+    epoch, batch = checkpoint.saved_positions(prefix)[-1]
+    assert (epoch, batch) >= (0, 2) and (epoch * 12 + batch) % 2 == 0
+
+    resumed = subprocess.run(launch_command(tmp_path / "logs2", args + ["--resume", prefix]),
+                             capture_output=True, text=True, timeout=JOB_TIMEOUT + 30)
+    assert resumed.returncode == 0, rank_0_log(tmp_path / "logs2")[-3000:]
+    assert checkpoint.saved_positions(prefix)[-1] == (2, 0)

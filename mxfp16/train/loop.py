@@ -432,7 +432,7 @@ def train(config, network=None, metrics_path=None, states_order=None):
         checkpointer = Checkpointer(
             _mid_epoch_saver(api, save), stop,
             SavePolicy(config.save_steps, config.save_minutes), data.batches_per_epoch,
-            vote=stop_vote(kvstore, num_workers), prefix=config.model_prefix)
+            vote=stop_vote(kvstore, num_workers), prefix=config.model_prefix, rank=rank)
         return fit(api, data, begin_epoch=start.begin_epoch, num_epochs=config.num_epochs,
                    epoch_settings=_epoch_settings(config, num_workers), top_k=config.top_k,
                    save_period=config.save_period, metrics_log=metrics_log, save=save,

@@ -107,12 +107,15 @@ class TrainingStopped(Exception):
         The checkpoint written, None without ``--model-prefix``.
     prefix : str or None
         The ``--model-prefix`` to resume from.
+    rank : int
+        The worker (0 speaks for a distributed job).
     """
 
-    def __init__(self, signal_name, exit_code, epoch, batch, checkpoint, prefix):
+    def __init__(self, signal_name, exit_code, epoch, batch, checkpoint, prefix, rank=0):
         super().__init__(f"stopped by {signal_name} after batch {batch} of epoch {epoch}")
         self.signal_name, self.exit_code = signal_name, exit_code
         self.epoch, self.batch, self.checkpoint, self.prefix = epoch, batch, checkpoint, prefix
+        self.rank = rank
 
 
 def resume_command(argv, prefix, executable=None):
@@ -166,11 +169,13 @@ class Checkpointer:
         calls it after every step, so all stop after the same one).
     prefix : str, optional
         The ``--model-prefix``, for the resume command.
+    rank : int
+        This worker's rank (rank 0 saves and logs the stop).
     """
 
-    def __init__(self, save, stop, policy, batches_per_epoch, vote=None, prefix=None):
+    def __init__(self, save, stop, policy, batches_per_epoch, vote=None, prefix=None, rank=0):
         self.save, self.stop, self.policy, self.vote = save, stop, policy, vote
-        self.batches_per_epoch, self.prefix = batches_per_epoch, prefix
+        self.batches_per_epoch, self.prefix, self.rank = batches_per_epoch, prefix, rank
 
     def stop_requested(self):
         """Whether this run stops now: a signal here, or (``vote``) on any worker."""
@@ -193,7 +198,7 @@ class Checkpointer:
     def stopped(self, epoch, batch, name):
         """Raise :class:`TrainingStopped` for a stop after ``batch`` batches of epoch ``epoch``."""
         raise TrainingStopped(self.stop.signal_name or "SIGTERM", self.stop.exit_code or 143,
-                              epoch, batch, name, self.prefix)
+                              epoch, batch, name, self.prefix, self.rank)
 
     def after_step(self, epoch, batch, meter):
         """After ``batch`` batches of epoch ``epoch``: checkpoint if due or stopping; stop if asked.

@@ -140,7 +140,7 @@ def run_job(parser, config_type, job, argv=None):
             try:
                 record = job(config, metrics_path=metrics_path)
             except TrainingStopped as stopped:  # SIGTERM or SIGINT: saved, one line, 143 / 130
-                if rank == 0:
+                if stopped.rank == 0:
                     command = resume_command([sys.argv[0], *argv], stopped.prefix or "PREFIX")
                     log.warning(stopped_line(stopped, command))
                 return stopped.exit_code
