@@ -15,7 +15,8 @@ import mxnet as mx
 import pytest
 
 from conftest import SCRIPTS_DIR, load_script_main
-from mxfp16.train import checkpoint
+from mxfp16.train import checkpoint, logs
+from mxfp16.train.gluon_api import GluonAPI
 
 #: float16 with the default dynamic loss scale, a network with BatchNorm; 2 epochs.
 COMMON = ["--network", "cifar_resnet20_v1", "--image-shape", "3,16,16", "--num-classes", "4",
@@ -217,3 +218,102 @@ def test_a_killed_worker_ends_the_job_with_one_line_and_it_resumes_from_save_ste
                              capture_output=True, text=True, timeout=JOB_TIMEOUT + 30)
     assert resumed.returncode == 0, rank_0_log(tmp_path / "logs2")[-3000:]
     assert checkpoint.saved_positions(prefix)[-1] == (2, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# In one process: signals at chosen points, bad resumes
+# --------------------------------------------------------------------------------------------------
+
+QUICK = COMMON + SOURCES["synthetic"]
+
+
+def with_flag(argv, flag, value):
+    """``argv`` with the value of ``flag`` replaced."""
+    index = argv.index(flag)
+    return argv[:index + 1] + [value] + argv[index + 2:]
+
+
+def signal_at_batch(monkeypatch, batch, signum=signal.SIGTERM, epoch=0):
+    """Send ``signum`` to this process once epoch ``epoch`` has trained ``batch`` batches."""
+    real_update = logs.EpochMeter.update
+
+    def update(self, *args):
+        real_update(self, *args)
+        if self.epoch == epoch and self.batches == batch:
+            os.kill(os.getpid(), signum)
+    monkeypatch.setattr(logs.EpochMeter, "update", update)
+
+
+def test_resuming_mid_epoch_with_another_batch_size_is_one_error_line(
+        train_imagenet, tmp_path, monkeypatch, capsys):
+    prefix = str(tmp_path / "r")
+    signal_at_batch(monkeypatch, 5)
+    assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    argv = with_flag(QUICK, "--batch-size", "8")
+    assert train_imagenet(argv + ["--model-prefix", prefix, "--resume", prefix]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: checkpoint '{prefix}-0000+000005' stopped after batch 5 of epoch 0 "
+                   "with --batch-size 4, this run has --batch-size 8: the same position would mean "
+                   "other images; resume with --batch-size 4, or from an epoch checkpoint "
+                   f"({prefix}-NNNN), which any settings may continue\n")
+    # --num-epochs may change: the run continues to the new end.
+    argv = with_flag(QUICK, "--num-epochs", "3")
+    assert train_imagenet(argv + ["--model-prefix", prefix, "--resume", prefix]) == 0
+    assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0), (3, 0)]
+
+
+def test_a_signal_during_validation_saves_the_trained_epoch_and_resumes_exactly(
+        train_imagenet, image_folder, tmp_path, monkeypatch):
+    full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
+    args = COMMON + data_flags("folder", image_folder)  # 2 validation batches
+    assert train_imagenet(args + ["--model-prefix", full]) == 0
+    real_predict = GluonAPI.predict
+
+    def predict(self, data):  # the signal arrives while the first epoch is being validated
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_predict(self, data)
+    monkeypatch.setattr(GluonAPI, "predict", predict)
+    assert train_imagenet(args + ["--model-prefix", part]) == 143
+    monkeypatch.undo()
+    assert checkpoint.saved_positions(part) == [(0, 10)]  # every batch trained, not validated
+    assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
+    assert_identical(final_weights(full), final_weights(part))
+    with open(checkpoint.checkpoint_paths(full, 1).meta) as a, \
+            open(checkpoint.checkpoint_paths(part, 1).meta) as b:
+        assert json.load(a)["metrics"]["top1"] == json.load(b)["metrics"]["top1"]
+
+
+def test_a_second_ctrl_c_during_the_save_stops_at_once_and_keeps_the_last_checkpoint(
+        train_imagenet, tmp_path, monkeypatch, capsys):
+    prefix = str(tmp_path / "r")
+    signal_at_batch(monkeypatch, 3, signal.SIGINT, epoch=1)
+    real_save = checkpoint.mx.nd.save
+
+    def impatient_save(path, data):  # Ctrl-C again while the stop's checkpoint is written
+        if "+" in path:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_save(path, data)
+    monkeypatch.setattr(checkpoint.mx.nd, "save", impatient_save)
+    assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 130
+    monkeypatch.undo()
+    assert capsys.readouterr().err == ("error: interrupted twice (SIGINT): stopped at once without "
+                                       "saving; the checkpoints saved before are intact\n")
+    assert checkpoint.saved_positions(prefix) == [(1, 0)]
+    assert not [name for name in os.listdir(tmp_path) if ".tmp-" in name]
+    assert checkpoint.load_checkpoint(prefix).name == prefix + "-0001"
+
+
+def test_save_steps_without_model_prefix_is_one_error_line(train_imagenet, capsys):
+    assert train_imagenet(QUICK + ["--save-steps", "100"]) == 2
+    assert capsys.readouterr().err == ("error: --save-steps 100 saves mid-epoch checkpoints, which "
+                                       "need --model-prefix: add --model-prefix PREFIX (e.g. "
+                                       "runs/r50)\n")
+
+
+def test_a_signal_without_model_prefix_says_nothing_was_saved(train_imagenet, monkeypatch, capsys):
+    signal_at_batch(monkeypatch, 2)
+    assert train_imagenet(QUICK) == 143
+    assert ("stopped by SIGTERM after batch 2 of epoch 0: nothing saved (no --model-prefix; pass "
+            "--model-prefix PREFIX to save on a signal); exit code 143") in capsys.readouterr().out

@@ -143,7 +143,8 @@ def resume_command(argv, prefix, executable=None):
 
 def stopped_line(stopped, command):
     """The one log line of a run stopped by a signal."""
-    where = f"after batch {stopped.batch} of epoch {stopped.epoch}"
+    where = f"after batch {stopped.batch} of epoch {stopped.epoch}" if stopped.batch else \
+        f"at the end of epoch {stopped.epoch - 1}"
     if stopped.checkpoint is None:
         return (f"stopped by {stopped.signal_name} {where}: nothing saved (no --model-prefix; pass "
                 f"--model-prefix PREFIX to save on a signal); exit code {stopped.exit_code}")
