@@ -234,6 +234,9 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
              record["lr"], scale, record["num_update"])
     metrics_log.write(record, step=begin_epoch, group="start")
     stop = None if checkpointer is None or checkpointer.vote else checkpointer.stop
+    if getattr(data.train, "skip", None) is None:  # ImageRecordIter: replay the epochs' shuffles
+        for _ in range(begin_epoch):
+            data.train.reset()
     for epoch in range(begin_epoch, num_epochs):
         first = epoch == begin_epoch
         stats = train_one_epoch(api, data.train, num_batches=data.batches_per_epoch, epoch=epoch,
