@@ -158,12 +158,21 @@ def test_train_throughput_takes_the_summary_line_over_the_log(load_benchmark):
     assert module.script_throughput("", stderr) == 9.9
 
 
+def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("preemption"), tmp_path)
+    (round_,) = record["rounds"]  # --quick: one round
+    assert round_["checkpoint"].startswith("r-0000+")  # the stop's mid-epoch checkpoint
+    assert set(round_["sizes"]) == {".params", ".states", ".json"}
+    assert round_["seconds_to_exit"] > 0 and len(table_rows(markdown)) == 1 + 3
+
+
 @pytest.mark.parametrize("name, argv, message", [
     ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
     ("data_pipeline", ["--image-shape", "224,224"], "--image-shape '224,224'"),
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
     ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    ("preemption", ["--signal-batch", "0"], "--signal-batch must be >= 1, got 0"),
 ])
 def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
     assert load_benchmark(name).main(argv) == 2
