@@ -163,7 +163,7 @@ def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark
     (round_,) = record["rounds"]  # --quick: one round
     assert round_["checkpoint"].startswith("r-0000+")  # the stop's mid-epoch checkpoint
     assert set(round_["sizes"]) == {".params", ".states", ".json"}
-    assert round_["seconds_to_exit"] > 0 and len(table_rows(markdown)) == 1 + 3
+    assert round_["seconds_to_exit"] > 0 and len(table_rows(markdown)) == 1 + 1 + 3  # 2 tables
 
 
 @pytest.mark.parametrize("name, argv, message", [
