@@ -36,7 +36,10 @@ _EXPORTS = {
                      "make_loss_scaler"),
     "module": ("init_optimizer", "make_scaled_module", "module_step", "scale_loss_symbol"),
     "optimizers": ("MULTI_PRECISION_OPTIMIZERS", "make_optimizer", "make_trainer", "rescale_grad"),
+    "preemption": ("StopRequest",),
     "trainer": ("Trainer",),
+    "training_state": ("TrainingState", "save_training_state", "load_training_state",
+                       "latest_training_state", "seed_step"),
 }
 
 #: The other core modules that ``import mxfp16`` made attributes of the package (``mxfp16.graph``).
@@ -50,6 +53,8 @@ __all__ = [
     "LossScaler", "StaticLossScaler", "DynamicLossScaler", "LossScaleCollapse", "make_loss_scaler",
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
+    "StopRequest", "TrainingState", "save_training_state", "load_training_state",
+    "latest_training_state", "seed_step",
 ]
 
 
