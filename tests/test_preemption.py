@@ -325,3 +325,17 @@ def test_a_signal_without_model_prefix_says_nothing_was_saved(train_imagenet, mo
     assert train_imagenet(QUICK) == 143
     assert ("stopped by SIGTERM after batch 2 of epoch 0: nothing saved (no --model-prefix; pass "
             "--model-prefix PREFIX to save on a signal); exit code 143") in capsys.readouterr().out
+
+
+def test_a_signal_during_an_epoch_checkpoint_stops_right_after_it(train_imagenet, tmp_path,
+                                                                  monkeypatch, capsys):
+    prefix = str(tmp_path / "r")
+    real_write = checkpoint._write_json
+
+    def write_json(path, record):  # SIGTERM while the epoch's checkpoint is written
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_write(path, record)
+    monkeypatch.setattr(checkpoint, "_write_json", write_json)
+    assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 143
+    assert checkpoint.saved_positions(prefix) == [(1, 0)]  # written in full, nothing after it
+    assert "stopped by SIGTERM at the end of epoch 0: saved checkpoint " in capsys.readouterr().out

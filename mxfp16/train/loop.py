@@ -253,14 +253,16 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
         record = dict(event="epoch", epoch=epoch, **stats, top1=top1, topk=topk, **run_status(api))
         log.info(epoch_line(record, top_k))
         metrics_log.write(record, step=epoch)
-        stopping = checkpointer is not None and checkpointer.stop_requested()
         name = None
-        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs or stopping):
+        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs):
             name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
-            if checkpointer is not None:
-                checkpointer.policy.saved()
-        if stopping and epoch + 1 < num_epochs:
+        # after the save: a signal during the write stops here, with the epoch saved
+        if checkpointer is not None and checkpointer.stop_requested() and epoch + 1 < num_epochs:
+            if save and name is None:
+                name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
             checkpointer.stopped(epoch + 1, 0, name)
+        if name is not None and checkpointer is not None:
+            checkpointer.policy.saved()
     return record
 
 
