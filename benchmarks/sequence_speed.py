@@ -44,6 +44,9 @@ MODELS = ("lstm_lm", "transformer")
 #: Graph ops that convert dtypes: MXNet's Cast and the two casts AMP inserts.
 CAST_OPS = ("Cast", "amp_cast", "amp_multicast")
 
+#: The timing entry of the LSTM layers alone (float32), next to the dtypes' whole steps.
+RNN_LAYER = "float32 LSTM layers only"
+
 #: The guard of issue 13: emulated float16 at most this many times float32's step time.
 FLOAT16_GUARD = 2.5
 
@@ -137,6 +140,44 @@ def build_step(model, dtype, config):
     return step
 
 
+def build_rnn_layer_step(config):
+    """One forward and backward of the LM's fused LSTM layers alone, float32, same shapes: the
+    part of the step that MXNet 1.9.1 cannot run in bfloat16."""
+    mx.random.seed(0)
+    layer = rnn.LSTM(config.lstm_hidden, config.lstm_layers, input_size=config.lstm_hidden)
+    layer.initialize(mx.init.Xavier())
+    layer.hybridize(static_alloc=True)
+    data = mx.nd.random.uniform(shape=(config.seq_len, config.lstm_batch, config.lstm_hidden))
+    data.attach_grad()
+
+    def step():
+        with autograd.record():
+            out = layer(data)
+        out.backward()
+        mx.nd.waitall()
+    return step
+
+
+def bfloat16_rnn_probe(config):
+    """The error MXNet gives when the fused RNN op is bound with bfloat16 data, parameters and
+    states (None if it binds and runs)."""
+    bfloat16 = amp.amp.bfloat16  # numpy has no bfloat16; AMP's structured dtype stands for it
+    names = ("data", "parameters", "state", "state_cell")
+    inputs = [mx.sym.amp_cast(mx.sym.var(name), dtype=bfloat16) for name in names]
+    out = mx.sym.RNN(*inputs, state_size=config.lstm_hidden, num_layers=config.lstm_layers,
+                     mode="lstm")
+    shape = (config.seq_len, config.lstm_batch, config.lstm_hidden)
+    try:
+        executor = mx.sym.amp_cast(out, dtype="float32").simple_bind(
+            mx.cpu(), data=shape, grad_req="null")
+        executor.forward()
+        mx.nd.waitall()
+    except (mx.base.MXNetError, RuntimeError) as error:  # simple_bind wraps the MXNetError
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return " ".join(lines[-2:])
+    return None
+
+
 def time_steps(step, count):
     start = time.perf_counter()
     for _ in range(count):
@@ -147,9 +188,11 @@ def time_steps(step, count):
 def time_interleaved(model, config):
     """Per dtype: the step time of every round; dtypes alternate within each round."""
     steps = {dtype: build_step(model, dtype, config) for dtype in config.dtypes}
+    if model == "lstm_lm":
+        steps[RNN_LAYER] = build_rnn_layer_step(config)
     for step in steps.values():
         time_steps(step, config.warmup)
-    times = {dtype: [] for dtype in config.dtypes}
+    times = {name: [] for name in steps}
     for _ in range(config.rounds):
         for dtype, step in steps.items():
             times[dtype].append(time_steps(step, config.steps))
@@ -183,6 +226,34 @@ def summarize(model, times, casts):
                      "median_ratio_to_float32": statistics.median(ratios) if ratios else None,
                      "ratios_to_float32": ratios, "casts": casts})
     return rows
+
+
+def rnn_bound(results, probe_error):
+    """The LSTM layers' share of the float32 step and what it bounds bfloat16's speed-up to
+    (Amdahl) while the RNN op stays float32."""
+    rows = {row["dtype"]: row for row in results if row["model"] == "lstm_lm"}
+    if RNN_LAYER not in rows or "float32" not in rows:
+        return None
+    share = rows[RNN_LAYER]["median_ratio_to_float32"]
+    bfloat16 = rows.get("bfloat16", {}).get("median_ratio_to_float32")
+    return {"rnn_share_of_float32_step": share,
+            "bound_rest_twice_as_fast": 1 / (share + (1 - share) / 2),
+            "bound_rest_free": 1 / share,
+            "measured_bfloat16_speedup": 1 / bfloat16 if bfloat16 else None,
+            "bfloat16_rnn_error": probe_error}
+
+
+def bound_markdown(bound):
+    if bound is None:
+        return ""
+    measured = bound["measured_bfloat16_speedup"]
+    return (f"\nLSTM LM, bfloat16: the fused LSTM layers alone (float32, forward and backward) take "
+            f"{100 * bound['rnn_share_of_float32_step']:.0f}% of the float32 step.  With the RNN op "
+            f"in float32, bfloat16 can speed the step up at most "
+            f"{bound['bound_rest_twice_as_fast']:.2f}x if everything else runs twice as fast, "
+            f"{bound['bound_rest_free']:.2f}x if everything else took no time; measured: "
+            + ("–" if measured is None else f"{measured:.2f}x") + ".  The RNN op with bfloat16 "
+            f"inputs: {bound['bfloat16_rnn_error'] or 'binds and runs'}\n")
 
 
 def markdown(results):
@@ -257,9 +328,11 @@ def main(argv=None):
     results = []
     for model in config.models:
         results += summarize(model, time_interleaved(model, config), cast_counts(model, config))
+    bound = rnn_bound(results, bfloat16_rnn_probe(config))
     record = {"benchmark": NAME, "command": command_line(NAME, argv), "machine": machine_info(),
-              "config": asdict(config), "results": results}
-    publish(config.out_dir, NAME, header_lines(record) + markdown(results), record)
+              "config": asdict(config), "results": results, "bfloat16_rnn": bound}
+    publish(config.out_dir, NAME, header_lines(record) + markdown(results) + bound_markdown(bound),
+            record)
     return 0
 
 

@@ -166,7 +166,8 @@ def test_sequence_parity_quick(load_benchmark, tmp_path):
     assert len(table_rows(markdown)) == 6 and len(record["runs"]) == 6  # one seed
     for row in record["summary"]:
         assert row["values"] == [row["mean"]] and row["std"] == 0.0
-        assert (row["dtype"] == "float32") <= row["within_float32_range"]
+        assert row["vs_float32_range"] in ("within", "better", "worse")
+        assert row["dtype"] != "float32" or row["vs_float32_range"] == "within"
     digits = [run for run in record["runs"] if run["task"] == "digits"]
     assert all(0.0 <= run["test_accuracy"] <= 1.0 for run in digits)
     charlm = [run for run in record["runs"] if run["task"] == "charlm"]
@@ -192,10 +193,11 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     module = load_benchmark("sequence_speed")
     record, markdown = run_quick(module, tmp_path)
     rows = record["results"]
-    assert [(row["model"], row["dtype"]) for row in rows] == [
-        (model, dtype) for model in ("lstm_lm", "transformer")
-        for dtype in ("float32", "float16", "bfloat16")]
-    assert len(table_rows(markdown)) == 6 + 1 + 2  # speed rows, then the casts table with its header
+    dtypes = ["float32", "float16", "bfloat16"]
+    assert [(row["model"], row["dtype"]) for row in rows] == (
+        [("lstm_lm", dtype) for dtype in dtypes + [module.RNN_LAYER]]
+        + [("transformer", dtype) for dtype in dtypes])
+    assert len(table_rows(markdown)) == 7 + 1 + 2  # speed rows, then the casts table with its header
     for row in rows:
         assert len(row["step_times_s"]) == 2 and all(t > 0 for t in row["step_times_s"])
         if row["dtype"] == "float32":
@@ -205,6 +207,11 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     # inputs (data, parameters, two states) as well
     assert casts["lstm_lm"] == {"mxfp16_gpu_graph": 1, "mxnet_amp": 5}
     assert casts["transformer"]["mxfp16_gpu_graph"] < casts["transformer"]["mxnet_amp"]
+    # MXNet 1.9.1's RNN op has no bfloat16 kernel: CreateRNNState's type switch knows float32,
+    # float64 and float16 only (bfloat16 is type enum 12)
+    bound = record["bfloat16_rnn"]
+    assert bound["bfloat16_rnn_error"].endswith("Unknown type enum 12")
+    assert 0 < bound["rnn_share_of_float32_step"] and bound["bound_rest_free"] > 1
 
 
 @pytest.mark.parametrize("name, argv, message", [
