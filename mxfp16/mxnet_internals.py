@@ -161,3 +161,24 @@ def restart_update_counts(optimizer, num_update):
     optimizer.begin_num_update = optimizer.num_update = num_update
     optimizer._all_index_update_counts = {0: {}}
     optimizer._index_update_count = optimizer._all_index_update_counts[0]
+
+
+def dataloader_batches(loader, skip):
+    """The batches of a single-process ``gluon.data.DataLoader`` after its first ``skip``, without
+    decoding the skipped ones: ``(skipped, generator)``, or None for a loader with workers.
+
+    Reads ``loader._num_workers``, ``_batch_sampler``, ``_batchify_fn`` and ``_dataset``: the loader's
+    own single-process iteration (``DataLoader._prefetch_iter``) with the skipped index batches
+    drawn from the sampler but not read.  A resumed run uses it to continue in the middle of an
+    epoch of an image folder.
+    """
+    if loader._num_workers:
+        return None
+    indices = iter(loader._batch_sampler)
+    skipped = 0
+    for _ in range(skip):
+        if next(indices, None) is None:
+            break
+        skipped += 1
+    batchify, dataset = loader._batchify_fn, loader._dataset
+    return skipped, (batchify([dataset[index] for index in batch]) for batch in indices)

@@ -86,8 +86,7 @@ def test_resume_after_a_killed_save_continues_exactly(train_imagenet, tmp_path, 
                     "--optimizer", "adam", "--lr-step-epochs", "2", "--dtype", "float16",
                     "--api", api, "--model-prefix", prefix]
     monkeypatch.setattr(checkpoint, "_write_json", kill_while_saving(epoch=3))
-    with pytest.raises(KeyboardInterrupt):
-        train_imagenet(argv)
+    assert train_imagenet(argv) == 130  # a KeyboardInterrupt in the save: one line, no traceback
     monkeypatch.undo()
     assert checkpoint.saved_epochs(prefix) == [1, 2]
     saved = json.load(open(prefix + "-0002.json"))

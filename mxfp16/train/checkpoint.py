@@ -24,7 +24,6 @@ loadable and no half-written one that looks complete; and since the JSON file re
 files' sizes, a checkpoint cut short anyway (a machine that died before the disk had everything) is
 passed over when resuming from ``PREFIX``, for the newest complete one.
 """
-import dataclasses
 import glob
 import json
 import logging
@@ -58,6 +57,7 @@ class CheckpointPaths:
     params: str
     states: str
     meta: str
+    devices: str = None
 
 
 def checkpoint_name(prefix, epoch, batch=0):
@@ -84,7 +84,7 @@ def checkpoint_paths(prefix, epoch, batch=0):
     """
     stem = checkpoint_name(prefix, epoch, batch)
     return CheckpointPaths(f"{prefix}-symbol.json", f"{stem}.params", f"{stem}.states",
-                           f"{stem}.json")
+                           f"{stem}.json", f"{stem}.devices")
 
 
 @dataclass
@@ -113,6 +113,12 @@ class Checkpoint:
     states_path: str
     meta: dict
     batch: int = 0
+
+    @property
+    def devices_path(self):
+        """The ``.devices`` file (each device's auxiliary states), None without."""
+        path = checkpoint_paths(self.prefix, self.epoch, self.batch).devices
+        return path if os.path.basename(path) in self.meta.get("files", {}) else None
 
     @property
     def name(self):
@@ -148,7 +154,8 @@ def _sync_folder(folder):
         os.close(descriptor)
 
 
-def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta):
+def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device_aux=None,
+                    **meta):
     """Save a checkpoint atomically (see the module notes).
 
     Parameters
@@ -166,6 +173,10 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta
         Its ``state_dict()`` is stored under its ``state_dict_key``.
     batch : int
         Batches of epoch ``epoch`` done: a mid-epoch checkpoint ``PREFIX-NNNN+BBBBBB``.
+    device_aux : dict of str to NDArray, optional
+        Each device's auxiliary states (``'DEVICE:name'``), which a run on several devices keeps
+        apart: written to a fifth file, ``.devices``, so that a resumed run on the same devices
+        continues bit for bit (the ``.params`` file has one value for all).
     **meta
         JSON-ready values stored too (``num_update``, ``lr``, ``api``, ``dtype``, ``config``, ...).
 
@@ -184,6 +195,9 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, **meta
             p, remove_amp_cast=False)), paths.symbol))
         staged.append((_staged(paths.params, lambda p: mx.nd.save(p, params)), paths.params))
         staged.append((_staged(paths.states, save_states), paths.states))
+        if device_aux:
+            staged.append((_staged(paths.devices, lambda p: mx.nd.save(p, device_aux)),
+                           paths.devices))
         record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
                       batch=batch,
                       files={os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged},
@@ -223,6 +237,28 @@ def saved_positions(prefix):
         if match and match.group("prefix") == prefix:
             positions.append((int(match.group("epoch")), int(match.group("batch") or 0)))
     return sorted(positions)
+
+
+def remove_mid_epoch_checkpoints(prefix, before):
+    """Delete the mid-epoch checkpoints under ``prefix`` older than position ``before`` (an
+    ``(epoch, batch)`` just saved), JSON file first so none is ever left looking complete.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> for epoch, batch in ((1, 0), (1, 50), (1, 100)):
+    ...     open(checkpoint_paths(prefix, epoch, batch).meta, 'w').close()
+    >>> remove_mid_epoch_checkpoints(prefix, before=(1, 100))
+    >>> saved_positions(prefix)
+    [(1, 0), (1, 100)]
+    """
+    for epoch, batch in saved_positions(prefix):
+        if batch and (epoch, batch) < tuple(before):
+            paths = checkpoint_paths(prefix, epoch, batch)
+            for path in (paths.meta, paths.params, paths.states, paths.devices):
+                if os.path.exists(path):
+                    os.remove(path)
 
 
 def saved_epochs(prefix):
@@ -402,68 +438,3 @@ def check_fits(params, expected, source, hint):
         problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
     if problems:
         raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")
-
-
-@dataclasses.dataclass(frozen=True)
-class StartPoint:
-    """Where a run starts: the first epoch, the updates done before it and the optimizer state
-    (``states_order``: the parameter names in the order of a GluonCV ``.states`` file)."""
-
-    begin_epoch: int = 0
-    num_update: int = 0
-    states_path: str = None
-    states_order: tuple = None
-
-
-def resume_checkpoint(spec, network, *, api, dtype, optimizer):
-    """Load the checkpoint ``spec`` (``--resume``) and check it fits the network and settings.
-
-    Raises
-    ------
-    CheckpointError
-        If it does not exist, or was trained with another API, dtype, optimizer, network or class
-        count.
-    """
-    checkpoint = load_checkpoint(spec)
-    trained = checkpoint.meta.get("config", {})
-    for flag, value in (("api", api), ("dtype", dtype), ("optimizer", optimizer)):
-        saved = trained.get(flag)
-        if saved != value:
-            raise CheckpointError(f"checkpoint {checkpoint.name!r} was trained with --{flag} {saved} "
-                                  f"and its optimizer state is for that: resume with --{flag} {saved}")
-    check_fits({**checkpoint.network.arg_params, **checkpoint.network.aux_params},
-               {**network.arg_params, **network.aux_params},
-               f"checkpoint {checkpoint.name!r} (--network {trained.get('network')} "
-               f"--num-classes {trained.get('num_classes')})",
-               "resume with the --network and --num-classes it was trained with")
-    return checkpoint
-
-
-def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, model_prefix):
-    """The network and :class:`StartPoint` of a run that resumes the checkpoint ``spec``.
-
-    The network gets the checkpoint's values and ``scaler`` its state; with no ``spec`` the run
-    starts from scratch with ``network`` as given.
-
-    Raises
-    ------
-    CheckpointError
-        See :func:`resume_checkpoint`.
-    ValueError
-        If the checkpoint has trained all ``num_epochs`` already.
-    """
-    if not spec:
-        return network, StartPoint()
-    checkpoint = resume_checkpoint(spec, network, api=api, dtype=dtype, optimizer=optimizer)
-    if checkpoint.epoch >= num_epochs:
-        raise ValueError(f"checkpoint {checkpoint.name!r} has trained {checkpoint.epoch} epochs, "
-                         f"all of --num-epochs {num_epochs}: raise --num-epochs to continue")
-    scaler.load_state_dict(checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict()))
-    log.info("resuming from checkpoint %s", checkpoint.name)
-    if not model_prefix:
-        log.warning("no --model-prefix: this run saves no checkpoint (pass --model-prefix %s to "
-                    "continue the run's checkpoints)", checkpoint.prefix)
-    network = dataclasses.replace(network, arg_params=checkpoint.network.arg_params,
-                                  aux_params=checkpoint.network.aux_params)
-    return network, StartPoint(checkpoint.epoch, checkpoint.meta.get("num_update", 0),
-                               checkpoint.states_path)

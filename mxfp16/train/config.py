@@ -84,6 +84,8 @@ class TrainConfig:
     model_prefix: str = None
     resume: str = None
     save_period: int = 1
+    save_steps: int = 0
+    save_minutes: float = 0.0
     disp_batches: int = 20
     seed: int = 0
     tensorboard: str = None
@@ -187,6 +189,11 @@ class TrainConfig:
         self = resolve_commands(self, fine_tuning=isinstance(self, FineTuneConfig))
         _check_numbers(self)
         _check_data_flags(self)
+        if (self.save_steps or self.save_minutes) and not self.model_prefix:
+            flag = f"--save-steps {self.save_steps}" if self.save_steps else \
+                f"--save-minutes {self.save_minutes:g}"
+            raise ValueError(f"{flag} saves mid-epoch checkpoints, which need --model-prefix: add "
+                             "--model-prefix PREFIX (e.g. runs/r50)")
         _check_choice("--api", self.api, API_CHOICES)
         _check_choice("--lr-mode", self.lr_mode, LR_MODES)
         _check_choice("--kv-store", self.kv_store, KVSTORE_TYPES)
@@ -401,7 +408,8 @@ def _flag_check(flag, check, *args):
 
 _POSITIVE_INTS = ("num_classes", "batch_size", "num_epochs", "num_examples", "data_nthreads",
                   "save_period", "disp_batches", "top_k", "max_consecutive_skips")
-_NON_NEGATIVE = ("warmup_epochs", "max_batches", "wd", "label_smoothing")
+_NON_NEGATIVE = ("warmup_epochs", "max_batches", "wd", "label_smoothing", "save_steps",
+                 "save_minutes")
 
 
 def _check_numbers(config):

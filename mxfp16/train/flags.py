@@ -157,9 +157,16 @@ def _add_run_arguments(parser, d):
     group.add_argument("--model-prefix", default=d.model_prefix,
                        help="checkpoint prefix, e.g. runs/r50 (default: no checkpoints)")
     group.add_argument("--resume", default=d.resume, help="checkpoint to continue: PREFIX-NNNN, "
-                       "or PREFIX for its latest epoch (default: none)")
+                       "PREFIX-NNNN+BBBBBB (mid-epoch), or PREFIX for its newest complete one "
+                       "(default: none)")
     group.add_argument("--save-period", "--save-frequency", type=int, default=d.save_period,
                        help=f"save a checkpoint every N epochs (default: {d.save_period})")
+    group.add_argument("--save-steps", type=int, default=d.save_steps,
+                       help="also save a mid-epoch checkpoint every N batches, keeping only the "
+                       "newest (default: 0, never)")
+    group.add_argument("--save-minutes", type=float, default=d.save_minutes,
+                       help="also save a mid-epoch checkpoint every M minutes, keeping only the "
+                       "newest (default: 0, never)")
     group.add_argument("--disp-batches", "--log-interval", type=int, default=d.disp_batches,
                        help=f"log every N batches (default: {d.disp_batches})")
     group.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default: {d.seed})")

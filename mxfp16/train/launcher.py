@@ -56,8 +56,14 @@ workers.  Once all have exited with 0, it gives the servers and scheduler
 :data:`SERVER_EXIT_GRACE` seconds to exit and returns 0.  The first worker (or server, or scheduler) to fail
 decides the exit code (a signal N counts as 128 + N), and every other process is stopped: SIGTERM
 to its process group (each process runs in a session of its own), SIGKILL after
-:data:`KILL_GRACE` seconds.  The same happens on Ctrl-C, on SIGTERM to the launcher and after
-``timeout`` seconds (:class:`LaunchTimeout`).
+:data:`KILL_GRACE` seconds.  The same happens after ``timeout`` seconds (:class:`LaunchTimeout`).
+
+**Preemption.**  SIGTERM to the launcher (a scheduler's notice) or Ctrl-C is passed to the workers
+first, and the servers and scheduler keep running while the workers stop: mxfp16's training
+scripts then agree on a step, rank 0 saves it, and the workers exit with 143 (130 for Ctrl-C), which
+the launcher returns once all have (at most :data:`WORKER_STOP_GRACE` seconds, then everything is
+killed).  Resume with the same launch command plus ``--resume PREFIX``.  A second Ctrl-C stops
+everything at once.
 """
 import logging
 import math
@@ -80,6 +86,10 @@ SERVER_EXIT_GRACE = 15.0
 
 #: Seconds between SIGTERM and SIGKILL when stopping a process group.
 KILL_GRACE = 3.0
+
+#: Seconds the workers have to save and exit after SIGTERM or Ctrl-C reached the launcher, within
+#: the grace periods of spot instances and Kubernetes (30 s and more).
+WORKER_STOP_GRACE = 25.0
 
 #: Seconds between two looks at the processes.
 POLL_INTERVAL = 0.1
@@ -187,6 +197,22 @@ def _signal_groups(running, sig):
             pass  # the group is gone already
 
 
+def _stop_workers_first(running, sig, grace=WORKER_STOP_GRACE):
+    """Pass ``sig`` to the workers and wait (up to ``grace`` seconds) until they have exited, the
+    servers and scheduler still up; the workers' exit code (the first nonzero one), or None."""
+    workers = [proc for proc in running if proc.spec.role in WORKER_ROLES]
+    _signal_groups(workers, sig)
+    limit = time.monotonic() + grace
+    while any(_returncode(proc) is None for proc in workers) and time.monotonic() < limit:
+        time.sleep(POLL_INTERVAL)
+    codes = [_returncode(proc) for proc in workers]
+    if any(code is None for code in codes):
+        log.error("workers still running %g s after %s: stopping the job", grace,
+                  signal.Signals(sig).name)
+        return None
+    return next((exit_code(code) for code in codes if code), 0)
+
+
 def _stop(running, grace=KILL_GRACE):
     """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all."""
     _signal_groups(running, signal.SIGTERM)
@@ -211,7 +237,7 @@ def _sigterm_as_exit():
         return
 
     def handler(signum, frame):
-        log.error("received SIGTERM: stopping the job")
+        log.error("received SIGTERM: passing it to the workers, which save and stop")
         raise SystemExit(128 + signum)
     previous = signal.signal(signal.SIGTERM, handler)
     try:
@@ -281,7 +307,18 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
         try:
             for spec in specs:
                 running.append(_start(spec, log_dir))
-            code = _wait_workers(running, deadline)
+            try:
+                code = _wait_workers(running, deadline)
+            except KeyboardInterrupt:
+                log.error("Ctrl-C: passing it to the workers, which save and stop (again to stop "
+                          "at once)")
+                code = _stop_workers_first(running, signal.SIGINT)
+                return 130 if code is None else code or 130
+            except SystemExit as stop:
+                if stop.code != 128 + signal.SIGTERM:
+                    raise
+                code = _stop_workers_first(running, signal.SIGTERM)
+                raise SystemExit(stop.code if code is None else code or stop.code) from None
             if code == 0:
                 _wait_servers(running, deadline)
             return code

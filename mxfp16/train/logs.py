@@ -209,6 +209,21 @@ class EpochMeter:
         if self.batches % self.disp_batches == 0:
             self._log_batch(lr, num_update)
 
+    def state(self):
+        """The epoch so far, JSON-ready, for a mid-epoch checkpoint (reads the sums back)."""
+        return {"accuracy": self.accuracy.state(), "loss": self.loss.state(),
+                "samples": self.samples, "batches": self.batches,
+                "skipped_at_start": self.skipped_at_start, "seconds": time.time() - self.tic}
+
+    def load_state(self, state):
+        """Continue the epoch :meth:`state` describes (a resumed run)."""
+        self.accuracy.load_state(state["accuracy"])
+        self.loss.load_state(state["loss"])
+        self.samples, self.batches = state["samples"], state["batches"]
+        self.skipped_at_start = state["skipped_at_start"]
+        self.tic = time.time() - state["seconds"]
+        self.bar.update(self.batches)
+
     def _log_batch(self, lr, num_update):
         mean_loss = self.loss.get()
         speed = self.samples / max(time.time() - self.tic, 1e-9)

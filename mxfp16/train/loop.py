@@ -22,7 +22,9 @@ from ..horovod import is_horovod, rank_devices
 from ..kvstore import make_kvstore
 from ..loss_scaling import make_loss_scaler
 from ..models import new_network
-from .checkpoint import StartPoint, resume_run, save_checkpoint
+from ..preemption import StopRequest
+from .checkpoint import remove_mid_epoch_checkpoints, save_checkpoint
+from .resume import StartPoint, resume_run
 from .compat import worker_profile
 from .config import IMAGENET_TRAIN_IMAGES, contexts
 from .data import load_data
@@ -32,6 +34,7 @@ from .logs import EpochMeter, MetricsLog, epoch_line
 from .metrics import Accuracy, make_targets, mixup_data
 from .module_api import ModuleAPI
 from .monitor import ParameterMonitor
+from .progress import Checkpointer, SavePolicy, seed_batch, skip_batches, stop_vote
 from .schedule import next_learning_rate, optimizer_params
 
 log = logging.getLogger("mxfp16.train")
@@ -39,7 +42,7 @@ log = logging.getLogger("mxfp16.train")
 
 def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, epoch=0,
                     smoothing=0.0, mixup_alpha=0.0, disp_batches=20, metrics_log=None, seed=0,
-                    mixup_until=None):
+                    mixup_until=None, start_batch=0, meter_state=None, checkpointer=None):
     """Train one epoch (at most ``num_batches`` batches) through ``api``.
 
     Parameters
@@ -65,11 +68,21 @@ def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, ep
     seed : int
     mixup_until : int, optional
         From this epoch on mixup draws ``lam = 1`` (no mixing: GluonCV's ``--mixup-off-epoch``).
+    start_batch : int
+        Batches of this epoch already trained (a resumed run): they are skipped, and every random
+        draw from here on is the uninterrupted run's (:func:`~mxfp16.train.progress.seed_batch`
+        before each batch).
+    meter_state : dict, optional
+        The partial epoch's statistics saved with those batches.
+    checkpointer : mxfp16.train.progress.Checkpointer, optional
+        Called after every step: mid-epoch checkpoints, and the stop on a signal
+        (:class:`~mxfp16.train.progress.TrainingStopped`).
 
     Returns
     -------
     dict
-        ``train_loss``, ``train_acc``, ``img_per_sec``, ``skipped_steps``, ``batches``.
+        ``train_loss``, ``train_acc``, ``img_per_sec``, ``skipped_steps``, ``batches``, and
+        ``meter_state`` (the statistics as :meth:`EpochMeter.state` gives them).
 
     Raises
     ------
@@ -95,13 +108,20 @@ def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, ep
     (5, 0, 5)
     """
     soft = bool(smoothing or mixup_alpha)
-    rng = np.random.RandomState(seed + epoch)
+    lambdas = _mixup_lambdas(seed, epoch, num_batches, mixup_alpha, mixup_until)
     meter = EpochMeter(epoch, num_batches, api.scaler, disp_batches, metrics_log)
+    if meter_state:
+        meter.load_state(meter_state)
+    seed_batch(seed, epoch, 0)  # before the reset: iterators with workers shuffle there
     train_data.reset()
-    for _, batch in zip(range(num_batches), train_data):
-        mixup_lambda = rng.beta(mixup_alpha, mixup_alpha) if mixup_alpha else None
-        if mixup_lambda is not None and mixup_until is not None and epoch >= mixup_until:
-            mixup_lambda = 1.0
+    start_batch = skip_batches(train_data, start_batch, seed, epoch)
+    for index in range(start_batch, num_batches):
+        seed_batch(seed, epoch, index)
+        try:
+            batch = train_data.next()
+        except StopIteration:
+            break
+        mixup_lambda = None if lambdas is None else lambdas[index]
         data, labels = api.split(batch.data[0]), api.split(batch.label[0])
         targets = [make_targets(y, num_classes, smoothing, mixup_lambda) for y in labels] \
             if soft else labels
@@ -110,14 +130,29 @@ def train_one_epoch(api, train_data, *, num_classes, batch_size, num_batches, ep
         outputs, losses, updated = api.train_step(data, targets, batch_size)
         meter.update(labels, outputs, losses, updated, next_learning_rate(api.optimizer),
                      api.optimizer.num_update)
-    return meter.close()
+        if checkpointer is not None:
+            checkpointer.after_step(epoch, index + 1, meter)
+    meter_state = meter.state() if checkpointer is not None else None
+    return dict(meter.close(), meter_state=meter_state)
 
 
-def evaluate(api, val_data, *, top_k, num_classes, reduce=None):
+def _mixup_lambdas(seed, epoch, num_batches, alpha, until):
+    """Mixup's ``lam`` of every batch of the epoch, ``Beta(alpha, alpha)`` draws from a generator
+    seeded by ``seed + epoch`` (a resumed run draws the same), 1 from epoch ``until`` on; None
+    without mixup."""
+    if not alpha:
+        return None
+    lambdas = np.random.RandomState(seed + epoch).beta(alpha, alpha, num_batches)
+    return np.ones(num_batches) if until is not None and epoch >= until else lambdas
+
+
+def evaluate(api, val_data, *, top_k, num_classes, reduce=None, stop=None):
     """Top-1 and top-k accuracy on ``val_data`` (padding left out), or ``(None, None)`` without it.
 
     ``reduce`` sums ``[top-1 hits, top-k hits, samples]`` over the ranks of a Horovod job whose
-    ranks each validate their shard (every rank calls it, once).
+    ranks each validate their shard (every rank calls it, once).  ``stop`` (a
+    :class:`~mxfp16.preemption.StopRequest`) abandons the evaluation at the next batch once a signal
+    arrived: it returns None then.
 
     Examples
     --------
@@ -139,6 +174,8 @@ def evaluate(api, val_data, *, top_k, num_classes, reduce=None):
     accuracy = Accuracy(top_k, num_classes)
     val_data.reset()
     for batch in val_data:
+        if stop is not None and stop.requested:
+            return None
         accuracy.update([batch.label[0]], api.predict(batch.data[0]), batch.pad)
     if reduce is None:
         return accuracy.get()
@@ -153,7 +190,8 @@ def run_status(api):
 
 
 def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_period=1,
-        metrics_log=None, save=None, val_reduce=None):
+        metrics_log=None, save=None, val_reduce=None, begin_batch=0, meter_state=None,
+        checkpointer=None):
     """The epoch loop: train, validate, log, checkpoint, from ``begin_epoch`` to ``num_epochs``.
 
     Parameters
@@ -169,9 +207,18 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
     metrics_log : mxfp16.train.logs.MetricsLog, optional
         Gets a ``start`` record and one ``epoch`` record per epoch.
     save : callable, optional
-        ``save(epochs_done, record, network, save_states)`` writes a checkpoint.
+        ``save(epochs_done, record, network, save_states)`` writes a checkpoint, returns its name.
     val_reduce : callable, optional
         Sums the validation counts over the ranks (see :func:`evaluate`).
+    begin_batch : int
+        Batches of ``begin_epoch`` done already (resuming a mid-epoch checkpoint).
+    meter_state : dict, optional
+        Their statistics, from the checkpoint.
+    checkpointer : mxfp16.train.progress.Checkpointer, optional
+        Mid-epoch checkpoints and the stop on SIGTERM/SIGINT: a signal during training stops
+        after the step, one during validation abandons it (one process only; a distributed job
+        validates to the end), one during a checkpoint's write after the write; the position is
+        saved and :class:`~mxfp16.train.progress.TrainingStopped` raised.
 
     Returns
     -------
@@ -182,32 +229,53 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
     metrics_log = metrics_log or MetricsLog()
     record = dict(event="start", epoch=begin_epoch, **run_status(api))
     scale = "measured at the first step" if api.scaler.needs_start else f"{record['loss_scale']:g}"
-    log.info("starting at epoch %d: lr %.5g, loss scale %s, %d updates done", begin_epoch,
+    where = f"epoch {begin_epoch}" + (f", batch {begin_batch}" if begin_batch else "")
+    log.info("starting at %s: lr %.5g, loss scale %s, %d updates done", where,
              record["lr"], scale, record["num_update"])
     metrics_log.write(record, step=begin_epoch, group="start")
+    stop = None if checkpointer is None or checkpointer.vote else checkpointer.stop
     for epoch in range(begin_epoch, num_epochs):
+        first = epoch == begin_epoch
         stats = train_one_epoch(api, data.train, num_batches=data.batches_per_epoch, epoch=epoch,
-                                metrics_log=metrics_log, **epoch_settings)
-        top1, topk = evaluate(api, data.val, top_k=top_k, reduce=val_reduce,
-                              num_classes=epoch_settings["num_classes"])
+                                metrics_log=metrics_log, checkpointer=checkpointer,
+                                start_batch=begin_batch if first else 0,
+                                meter_state=meter_state if first else None, **epoch_settings)
+        ended = stats.pop("meter_state")
+        scores = evaluate(api, data.val, top_k=top_k, reduce=val_reduce, stop=stop,
+                          num_classes=epoch_settings["num_classes"])
+        if scores is None:  # a signal during validation: the epoch's training is saved
+            checkpointer.stopped(epoch, stats["batches"],
+                                 checkpointer.checkpoint(epoch, stats["batches"], ended))
+        top1, topk = scores
         record = dict(event="epoch", epoch=epoch, **stats, top1=top1, topk=topk, **run_status(api))
         log.info(epoch_line(record, top_k))
         metrics_log.write(record, step=epoch)
-        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs):
-            save(epoch + 1, record, *api.snapshot())
+        stopping = checkpointer is not None and checkpointer.stop_requested()
+        name = None
+        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs or stopping):
+            name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
+            if checkpointer is not None:
+                checkpointer.policy.saved()
+        if stopping and epoch + 1 < num_epochs:
+            checkpointer.stopped(epoch + 1, 0, name)
     return record
 
 
-def checkpoint_saver(prefix, scaler, config_dict):
-    """A function ``save(epochs_done, record, network, save_states)`` that writes a checkpoint under
-    ``prefix`` with :func:`mxfp16.train.checkpoint.save_checkpoint`: the network, the optimizer
-    state, the scaler's state, the update count, the learning rate, the epoch record and the
-    configuration."""
-    def save(epochs_done, record, network, save_states):
-        paths = save_checkpoint(prefix, epochs_done, network, save_states, scaler,
-                                num_update=record["num_update"], lr=record["lr"], metrics=record,
-                                config=config_dict)
-        log.info("saved checkpoint %s", paths.meta[:-len(".json")])
+def checkpoint_saver(prefix, scaler, config_dict, **static_meta):
+    """A function ``save(epochs_done, record, network, save_states, batch=0, progress=None)`` that
+    writes a checkpoint under ``prefix`` with :func:`mxfp16.train.checkpoint.save_checkpoint` (the
+    network, the optimizer state, the scaler's state, the update count, the learning rate, the
+    record, the configuration, ``static_meta`` and, mid-epoch, the partial epoch's statistics),
+    removes the mid-epoch checkpoints before it, and returns its name."""
+    def save(epochs_done, record, network, save_states, batch=0, progress=None, device_aux=None):
+        paths = save_checkpoint(prefix, epochs_done, network, save_states, scaler, batch=batch,
+                                device_aux=device_aux, num_update=record["num_update"],
+                                lr=record["lr"], metrics=record, config=config_dict,
+                                progress=progress, **static_meta)
+        name = paths.meta[:-len(".json")]
+        remove_mid_epoch_checkpoints(prefix, before=(epochs_done, batch))
+        log.info("saved checkpoint %s", name)
+        return name
     return save
 
 
@@ -258,9 +326,12 @@ def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
         if gluoncv_states:
             load_gluoncv_states(api.trainer, gluoncv_states, start.states_order,
                                 dtype=config.dtype, master_values=network.arg_params)
-        return api
-    return ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
-                     num_classes=config.num_classes, **common)
+    else:
+        api = ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
+                        num_classes=config.num_classes, **common)
+    if start.devices_path and start.num_devices == len(ctx):  # each device's BatchNorm statistics
+        api.load_device_aux(mx.nd.load(start.devices_path))
+    return api
 
 
 def _epoch_settings(config, num_workers):
@@ -271,13 +342,15 @@ def _epoch_settings(config, num_workers):
                 mixup_until=config.num_epochs - config.mixup_off_epoch)
 
 
-def _start_point(config, network, scaler, per_epoch, states_order):
-    """The network and :class:`~mxfp16.train.checkpoint.StartPoint` of the run: a checkpoint's
+def _start_point(config, network, scaler, per_epoch, states_order, num_workers,
+                 batches_per_epoch):
+    """The network and :class:`~mxfp16.train.resume.StartPoint` of the run: a checkpoint's
     (``--resume``), GluonCV's files and ``--resume-epoch`` or an MXNet example checkpoint's epoch,
     else the start of training."""
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
                                 optimizer=config.optimizer, num_epochs=config.num_epochs,
-                                model_prefix=config.model_prefix)
+                                model_prefix=config.model_prefix, settings=config.to_dict(),
+                                num_workers=num_workers, batches_per_epoch=batches_per_epoch)
     if not config.resume and (config.resume_epoch or config.resume_params):
         start = StartPoint(config.resume_epoch, config.resume_epoch * per_epoch,
                            config.resume_states, states_order)
@@ -341,21 +414,43 @@ def train(config, network=None, metrics_path=None, states_order=None):
         network = new_network(config.network, config.num_classes, config.image_shape,
                               **config.network_settings)
     per_epoch, reason = schedule_batches(config, data, num_workers)
-    network, start = _start_point(config, network, scaler, per_epoch, states_order)
+    network, start = _start_point(config, network, scaler, per_epoch, states_order, num_workers,
+                                  data.batches_per_epoch)
     _log_run(config, data, ctx, num_workers, per_epoch, reason)
     api = _make_api(config, network, scaler, data, ctx=ctx, kvstore=kvstore, start=start,
                     per_epoch=per_epoch)
     if config.monitor:  # MXNet example's --monitor N
         api = ParameterMonitor(api, config.monitor)
-    save = checkpoint_saver(config.model_prefix, scaler, config.to_dict()) \
+    save = checkpoint_saver(config.model_prefix, scaler, config.to_dict(),
+                            num_workers=num_workers, batches_per_epoch=data.batches_per_epoch,
+                            num_devices=len(ctx)) \
         if config.model_prefix and rank == 0 else None
     with MetricsLog(metrics_path if rank == 0 else None,
                     config.tensorboard if rank == 0 else None) as metrics_log, \
-            worker_profile(config.profile_worker_suffix, rank, num_workers):
+            worker_profile(config.profile_worker_suffix, rank, num_workers), \
+            StopRequest() as stop:
+        checkpointer = Checkpointer(
+            _mid_epoch_saver(api, save), stop,
+            SavePolicy(config.save_steps, config.save_minutes), data.batches_per_epoch,
+            vote=stop_vote(kvstore, num_workers), prefix=config.model_prefix, rank=rank)
         return fit(api, data, begin_epoch=start.begin_epoch, num_epochs=config.num_epochs,
                    epoch_settings=_epoch_settings(config, num_workers), top_k=config.top_k,
                    save_period=config.save_period, metrics_log=metrics_log, save=save,
-                   val_reduce=val_reduce)
+                   val_reduce=val_reduce, begin_batch=start.begin_batch,
+                   meter_state=start.meter_state, checkpointer=checkpointer)
+
+
+def _mid_epoch_saver(api, save):
+    """``save(epoch, batch, meter_state)`` of a mid-epoch checkpoint through ``save`` (None where
+    the run saves nothing)."""
+    if save is None:
+        return None
+
+    def save_position(epoch, batch, meter_state):
+        record = dict(event="progress", epoch=epoch, batch=batch, **run_status(api))
+        return save(epoch, record, *api.snapshot(), batch=batch, progress=meter_state,
+                    device_aux=api.device_aux())
+    return save_position
 
 
 def data_settings(config):

@@ -93,6 +93,28 @@ class Accuracy:
             return [0.0, 0.0, 0.0]
         return [float(self._top1.asscalar()), float(self._topk.asscalar()), float(self.count)]
 
+    def state(self):
+        """The counts so far, JSON-ready (a mid-epoch checkpoint keeps them)."""
+        return self.totals()
+
+    def load_state(self, state):
+        """Continue from :meth:`state`'s counts.
+
+        Examples
+        --------
+        >>> import mxnet as mx
+        >>> acc = Accuracy(top_k=1, num_classes=2)
+        >>> acc.load_state([3.0, 3.0, 4.0])
+        >>> acc.update([mx.nd.array([0])], [mx.nd.array([[0.0, 1.0]])])
+        >>> acc.get()
+        (0.6, 0.6)
+        """
+        top1, topk, count = state
+        self.reset()
+        if count:
+            self._top1, self._topk = mx.nd.array([top1]), mx.nd.array([topk])
+            self.count = int(count)
+
     def get(self):
         """``(top1, topk)`` so far (reads the counts back: one wait); NaN before any sample."""
         if not self.count:
@@ -126,6 +148,29 @@ class MeanLoss:
         count = finite * loss.shape[0]
         self._sum = total if self._sum is None else self._sum + total
         self._count = count if self._count is None else self._count + count
+
+    def state(self):
+        """``[sum, count]`` so far, JSON-ready (a mid-epoch checkpoint keeps them)."""
+        if self._sum is None:
+            return [0.0, 0.0]
+        return [float(self._sum.asscalar()), float(self._count.asscalar())]
+
+    def load_state(self, state):
+        """Continue from :meth:`state`'s sums.
+
+        Examples
+        --------
+        >>> import mxnet as mx
+        >>> mean = MeanLoss()
+        >>> mean.load_state([4.0, 2.0])
+        >>> mean.update([mx.nd.array([5.0])])
+        >>> mean.get()
+        3.0
+        """
+        total, count = state
+        self._sum = self._count = None
+        if count:
+            self._sum, self._count = mx.nd.array([total]), mx.nd.array([count])
 
     def get(self):
         """The mean so far (one wait); NaN before any finite batch."""

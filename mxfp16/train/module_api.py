@@ -198,3 +198,18 @@ class ModuleAPI:
                           self.network.fixed_param_names, self.network.lr_mult)
         return network, functools.partial(save_module_states, self.module,
                                           num_devices=self._num_devices)
+
+    def device_aux(self):
+        """The auxiliary states (BatchNorm statistics) of every device, which each updates on its
+        own part of the batch, ``{'DEVICE:name': NDArray}``; empty on one device (the checkpoint's
+        ``.params`` file has the devices' mean, as ``Module.get_params`` gives it)."""
+        arrays = mxnet_internals.module_arrays_per_device(self.module)
+        return {f"{index}:{name}": array for name in self.network.aux_params
+                for index, array in enumerate(arrays[name]) if self._num_devices > 1}
+
+    def load_device_aux(self, saved):
+        """Give every device the states :meth:`device_aux` saved (same devices)."""
+        arrays = mxnet_internals.module_arrays_per_device(self.module)
+        for key, value in saved.items():
+            index, name = key.split(":", 1)
+            value.copyto(arrays[name][int(index)])

@@ -13,6 +13,7 @@ from ..loss_scaling import LossScaleCollapse
 from .config import contexts, device_line
 from .horovod_start import check_not_under_horovodrun, start_horovod
 from .logs import format_value, run_files, run_logging
+from .progress import TrainingStopped, resume_command, stopped_line
 
 log = logging.getLogger("mxfp16.train")
 
@@ -119,12 +120,16 @@ def run_job(parser, config_type, job, argv=None):
     -------
     int
         0 after printing the one-line summary; 2 after printing one ``error: ...`` line for bad
-        input, a failed checkpoint or a collapsed loss scale; argparse's code for ``--help``.
+        input, a failed checkpoint or a collapsed loss scale; 143 (SIGTERM) or 130 (SIGINT) after
+        saving the run's position and logging the line that says how to resume it; argparse's
+        code for ``--help``.
     """
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_request:  # --help, or a usage error already printed
         return exit_request.code
+    argv = sys.argv[1:] if argv is None else list(argv)
+    rank = 0
     try:
         config = config_type(**vars(args)).checked()
         rank, first_line = _horovod_rank(config)
@@ -132,10 +137,20 @@ def run_job(parser, config_type, job, argv=None):
             if rank == 0 else (None, None)
         with run_logging(log_file, logging.INFO if rank == 0 else logging.WARNING):
             _start_run(config, first_line)
-            record = job(config, metrics_path=metrics_path)
+            try:
+                record = job(config, metrics_path=metrics_path)
+            except TrainingStopped as stopped:  # SIGTERM or SIGINT: saved, one line, 143 / 130
+                if stopped.rank == 0:
+                    command = resume_command([sys.argv[0], *argv], stopped.prefix or "PREFIX")
+                    log.warning(stopped_line(stopped, command))
+                return stopped.exit_code
     except (ValueError, OSError, LossScaleCollapse, HorovodUnavailable) as error:
         print(error_line(error), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C: at once, the last complete checkpoint intact
+        print("error: interrupted twice (SIGINT): stopped at once without saving; the checkpoints "
+              "saved before are intact", file=sys.stderr)
+        return 130
     if rank:  # the job's summary is rank 0's
         return 0
     print(summary_line(config.run_name, config.dtype, config.api, record, config.top_k))

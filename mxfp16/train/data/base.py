@@ -125,6 +125,12 @@ class _SyntheticIter(FixedShapeIter):
         self._served += 1
         return self._batch(self._data, self._label, self.batch_size)
 
+    def skip(self, count):
+        """Skip ``count`` batches; return how many there were."""
+        skipped = min(count, self._num_batches - self._served)
+        self._served += skipped
+        return skipped
+
 
 def synthetic_iter(batch_size, image_shape, num_classes, num_batches, seed=0):
     """Random images and labels, for throughput measurements and smoke runs.
@@ -204,6 +210,18 @@ class _LabelCheckIter(mx.io.DataIter):
         _check_batch_labels(batch.label[0].asnumpy(), self._num_classes, self._batch_index)
         self._batch_index += 1
         return batch
+
+    @property
+    def skip(self):
+        """The wrapped iterator's ``skip(count)``, counting the batches for the messages; None
+        (``AttributeError``) when it has none."""
+        inner = self._data_iter.skip
+
+        def skip(count):
+            skipped = inner(count)
+            self._batch_index += skipped
+            return skipped
+        return skip
 
 
 def check_labels(data_iter, num_classes):

@@ -8,6 +8,7 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import transforms
 
+from ... import mxnet_internals
 from .augmentation import FolderAugmenter, normalised_tensor, recipe_of
 from .base import (
     COLOR_JITTER,
@@ -261,6 +262,19 @@ class _LoaderIter(FixedShapeIter):
     def next(self):
         data, label = next(self._batches)
         return self._batch(data, label, data.shape[0])
+
+    def skip(self, count):
+        """Skip the next ``count`` batches of a freshly reset epoch; return how many there were.
+        Without workers the skipped images are not read (their indices are drawn from the
+        shuffled order only); with workers they are read and dropped."""
+        fast = mxnet_internals.dataloader_batches(self._loader, count)
+        if fast is not None:
+            skipped, self._batches = fast
+            return skipped
+        for index in range(count):
+            if next(self._batches, None) is None:
+                return index
+        return count
 
 
 def _loader_iter(items, transform, batch_size, image_shape, shuffle, num_workers):

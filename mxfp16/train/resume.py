@@ -1,0 +1,125 @@
+"""Resuming a run from a checkpoint: the checks that it fits the network and settings, and the
+:class:`StartPoint` the loop continues from (an epoch's start or the middle of an epoch)."""
+import dataclasses
+import logging
+
+from .checkpoint import CheckpointError, check_fits, load_checkpoint
+
+log = logging.getLogger("mxfp16.train")
+
+
+@dataclasses.dataclass(frozen=True)
+class StartPoint:
+    """Where a run starts: the first epoch, the updates done before it and the optimizer state
+    (``states_order``: the parameter names in the order of a GluonCV ``.states`` file); from a
+    mid-epoch checkpoint also the batches of ``begin_epoch`` done and their statistics."""
+
+    begin_epoch: int = 0
+    num_update: int = 0
+    states_path: str = None
+    states_order: tuple = None
+    begin_batch: int = 0
+    meter_state: dict = None
+    devices_path: str = None
+    num_devices: int = None
+
+
+#: Settings a mid-epoch checkpoint must be resumed with: with others, "batch B of epoch E" would
+#: name other images.  (``--num-epochs`` may change, as for epoch checkpoints: the schedules that
+#: depend on it follow the new value from the resumed batch on.)
+MID_EPOCH_SETTINGS = ("batch_size", "data_dir", "data_train", "synthetic", "num_examples",
+                      "max_batches", "val_fraction", "seed")
+
+
+def check_mid_epoch_resume(checkpoint, config, num_workers, batches_per_epoch):
+    """Raise :class:`CheckpointError` when a mid-epoch checkpoint is resumed with settings under
+    which its position means other data (another batch size, data, seed, worker count).
+
+    Examples
+    --------
+    >>> from mxfp16.train.checkpoint import Checkpoint
+    >>> meta = {"config": {"batch_size": 32, "seed": 0}, "num_workers": 1, "batches_per_epoch": 40}
+    >>> point = Checkpoint("runs/r", 1, None, None, meta, batch=7)
+    >>> check_mid_epoch_resume(point, {"batch_size": 64, "seed": 0}, 1, 20)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mxfp16...CheckpointError: checkpoint 'runs/r-0001+000007' stopped after batch 7 of epoch 1 ...
+    """
+    if not checkpoint.batch:
+        return
+    saved = dict(checkpoint.meta.get("config", {}), num_workers=checkpoint.meta.get("num_workers"),
+                 batches_per_epoch=checkpoint.meta.get("batches_per_epoch"))
+    now = dict(config, num_workers=num_workers, batches_per_epoch=batches_per_epoch)
+    for key in MID_EPOCH_SETTINGS + ("num_workers", "batches_per_epoch"):
+        if key in saved and saved[key] != now.get(key):
+            flag = {"num_workers": "number of workers",
+                    "batches_per_epoch": "number of batches per epoch"}.get(
+                        key, "--" + key.replace("_", "-"))
+            raise CheckpointError(
+                f"checkpoint {checkpoint.name!r} stopped after batch {checkpoint.batch} of epoch "
+                f"{checkpoint.epoch} with {flag} {saved[key]}, this run has {flag} {now.get(key)}: "
+                f"the same position would mean other images; resume with {flag} {saved[key]}, or "
+                f"from an epoch checkpoint ({checkpoint.prefix}-NNNN), which any settings may "
+                "continue")
+
+
+def resume_checkpoint(spec, network, *, api, dtype, optimizer):
+    """Load the checkpoint ``spec`` (``--resume``) and check it fits the network and settings.
+
+    Raises
+    ------
+    CheckpointError
+        If it does not exist, or was trained with another API, dtype, optimizer, network or class
+        count.
+    """
+    checkpoint = load_checkpoint(spec)
+    trained = checkpoint.meta.get("config", {})
+    for flag, value in (("api", api), ("dtype", dtype), ("optimizer", optimizer)):
+        saved = trained.get(flag)
+        if saved != value:
+            raise CheckpointError(f"checkpoint {checkpoint.name!r} was trained with --{flag} {saved} "
+                                  f"and its optimizer state is for that: resume with --{flag} {saved}")
+    check_fits({**checkpoint.network.arg_params, **checkpoint.network.aux_params},
+               {**network.arg_params, **network.aux_params},
+               f"checkpoint {checkpoint.name!r} (--network {trained.get('network')} "
+               f"--num-classes {trained.get('num_classes')})",
+               "resume with the --network and --num-classes it was trained with")
+    return checkpoint
+
+
+def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, model_prefix,
+               settings=None, num_workers=1, batches_per_epoch=None):
+    """The network and :class:`StartPoint` of a run that resumes the checkpoint ``spec``.
+
+    The network gets the checkpoint's values and ``scaler`` its state; with no ``spec`` the run
+    starts from scratch with ``network`` as given.  A mid-epoch checkpoint is checked against
+    ``settings`` (the run's configuration), ``num_workers`` and ``batches_per_epoch`` by
+    :func:`check_mid_epoch_resume`.
+
+    Raises
+    ------
+    CheckpointError
+        See :func:`resume_checkpoint` and :func:`check_mid_epoch_resume`.
+    ValueError
+        If the checkpoint has trained all ``num_epochs`` already.
+    """
+    if not spec:
+        return network, StartPoint()
+    checkpoint = resume_checkpoint(spec, network, api=api, dtype=dtype, optimizer=optimizer)
+    if checkpoint.epoch >= num_epochs:
+        raise ValueError(f"checkpoint {checkpoint.name!r} has trained {checkpoint.epoch} epochs, "
+                         f"all of --num-epochs {num_epochs}: raise --num-epochs to continue")
+    if settings is not None:
+        check_mid_epoch_resume(checkpoint, settings, num_workers, batches_per_epoch)
+    scaler.load_state_dict(checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict()))
+    log.info("resuming from checkpoint %s", checkpoint.name)
+    if not model_prefix:
+        log.warning("no --model-prefix: this run saves no checkpoint (pass --model-prefix %s to "
+                    "continue the run's checkpoints)", checkpoint.prefix)
+    network = dataclasses.replace(network, arg_params=checkpoint.network.arg_params,
+                                  aux_params=checkpoint.network.aux_params)
+    return network, StartPoint(checkpoint.epoch, checkpoint.meta.get("num_update", 0),
+                               checkpoint.states_path, begin_batch=checkpoint.batch,
+                               meter_state=checkpoint.meta.get("progress"),
+                               devices_path=checkpoint.devices_path,
+                               num_devices=checkpoint.meta.get("num_devices"))

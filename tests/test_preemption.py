@@ -1,0 +1,319 @@
+"""Preemption: SIGTERM, SIGINT and kill -9 in the middle of an epoch, then ``--resume``, end with the
+weights of a run that was never interrupted, bit for bit (float16, dynamic loss scaling), for both
+APIs, one and two devices, synthetic data and an image folder.
+
+The signals are sent when the script's log shows the batch was reached (``--disp-batches 1`` logs
+every batch), never after a fixed sleep.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import pytest
+
+from conftest import SCRIPTS_DIR, load_script_main
+from mxfp16.train import checkpoint, logs
+from mxfp16.train.gluon_api import GluonAPI
+
+#: float16 with the default dynamic loss scale, a network with BatchNorm; 2 epochs.
+COMMON = ["--network", "cifar_resnet20_v1", "--image-shape", "3,16,16", "--num-classes", "4",
+          "--top-k", "2", "--dtype", "float16", "--num-epochs", "2", "--disp-batches", "1",
+          "--optimizer", "adam", "--lr", "0.01", "--lr-mode", "cosine"]
+#: Synthetic data: 12 batches of 4 per epoch.  Image folder (48 images, 38 for training): 10.
+SOURCES = {"synthetic": ["--benchmark", "1", "--num-examples", "48", "--batch-size", "4"],
+           "folder": ["--batch-size", "4", "--val-fraction", "0.2"]}
+
+
+def data_flags(source, image_folder):
+    return SOURCES[source] + (["--data-dir", str(image_folder)] if source == "folder" else [])
+
+
+@pytest.fixture(scope="module")
+def train_imagenet():
+    return load_script_main("train_imagenet")
+
+
+def run_until(args, marker, signum, cwd):
+    """Run train_imagenet.py with ``args``; send ``signum`` once a log line contains ``marker``.
+
+    Returns
+    -------
+    tuple
+        ``(exit code, output)``.
+    """
+    process = subprocess.Popen([sys.executable, os.path.join(SCRIPTS_DIR, "train_imagenet.py"),
+                                *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=cwd)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line:
+            process.send_signal(signum)
+            break
+    rest, _ = process.communicate(timeout=300)
+    return process.returncode, "".join(lines) + rest
+
+
+def final_weights(prefix, epoch=2):
+    return mx.nd.load(checkpoint.checkpoint_paths(prefix, epoch).params)
+
+
+def assert_identical(expected, actual):
+    assert sorted(expected) == sorted(actual)
+    different = [name for name in expected
+                 if not (expected[name] == actual[name]).min().asscalar()]
+    assert different == []
+
+
+#: signal, API, devices, data, --save-steps: every signal, API, device count and source is covered.
+CASES = [
+    ("SIGTERM", "gluon", 1, "synthetic", 0),
+    ("SIGTERM", "module", 2, "folder", 0),
+    ("SIGINT", "gluon", 2, "folder", 0),
+    ("SIGINT", "module", 1, "synthetic", 0),
+    ("SIGKILL", "gluon", 1, "folder", 3),
+    ("SIGKILL", "module", 2, "synthetic", 3),
+]
+
+
+@pytest.mark.parametrize("signal_name, api, devices, source, save_steps", CASES)
+def test_interrupted_and_resumed_run_ends_bit_identical(
+        train_imagenet, image_folder, tmp_path, signal_name, api, devices, source, save_steps):
+    args = COMMON + data_flags(source, image_folder) + ["--api", api]
+    if devices > 1:
+        args += ["--cpus", str(devices)]
+    if save_steps:
+        args += ["--save-steps", str(save_steps)]
+    full = str(tmp_path / "full" / "r")
+    assert train_imagenet(args + ["--model-prefix", full]) == 0
+
+    part = str(tmp_path / "part" / "r")
+    code, output = run_until(args + ["--model-prefix", part], "Epoch[1] Batch[5]",
+                             getattr(signal, signal_name), tmp_path)
+    expected_code = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[signal_name]
+    assert code == expected_code, output
+    positions = checkpoint.saved_positions(part)
+    epoch, batch = positions[-1]
+    if signal_name == "SIGKILL":  # the newest --save-steps checkpoint, no line
+        per_epoch = {"synthetic": 12, "folder": 10}[source]
+        assert epoch == 1 and 0 < batch <= 5 and "stopped by" not in output
+        assert (epoch * per_epoch + batch) % save_steps == 0  # counted over the run
+    else:
+        assert epoch == 1 and 5 <= batch < 10, positions
+        stopped = [line for line in output.splitlines() if "stopped by" in line]
+        assert len(stopped) == 1
+        assert f"stopped by {signal_name} after batch {batch} of epoch 1: saved checkpoint " \
+               f"{part}-0001+{batch:06d}; resume with: " in stopped[0]
+        assert stopped[0].endswith(f"--model-prefix {part} --resume {part}; exit code "
+                                   f"{expected_code}")
+    assert [b for _, b in positions if b] == [batch]  # only the newest mid-epoch one is kept
+    with open(checkpoint.checkpoint_paths(part, epoch, batch).meta) as meta:
+        assert json.load(meta)["progress"]["batches"] == batch
+
+    assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
+    assert_identical(final_weights(full), final_weights(part))
+    with open(checkpoint.checkpoint_paths(full, 2).meta) as a, \
+            open(checkpoint.checkpoint_paths(part, 2).meta) as b:
+        full_meta, part_meta = json.load(a), json.load(b)
+    for key in ("num_update", "lr", "loss_scaler"):
+        assert full_meta[key] == part_meta[key]
+    for key in ("train_loss", "train_acc", "top1", "skipped_steps", "num_skipped"):
+        assert full_meta["metrics"][key] == part_meta["metrics"][key], key
+    assert checkpoint.saved_positions(part) == [(1, 0), (2, 0)]  # mid-epoch ones removed
+
+
+# --------------------------------------------------------------------------------------------------
+# Distributed jobs (scripts/launch.py, dist_sync on 127.0.0.1)
+# --------------------------------------------------------------------------------------------------
+
+LAUNCH = os.path.join(SCRIPTS_DIR, "launch.py")
+#: A job is stopped by the launcher's own timeout if anything hangs.
+JOB_TIMEOUT = 120
+DIST = ["--kv-store", "dist_sync", "--network", "cifar_resnet20_v1", "--image-shape", "3,16,16",
+        "--num-classes", "4", "--top-k", "2", "--dtype", "float16", "--num-epochs", "2",
+        "--disp-batches", "1", "--optimizer", "adam", "--lr", "0.01", "--benchmark", "1",
+        "--num-examples", "48", "--batch-size", "4"]
+
+
+def launch_command(log_dir, args):
+    return [sys.executable, LAUNCH, "-n", "2", "-s", "1", "--timeout", str(JOB_TIMEOUT),
+            "--log-dir", str(log_dir), "--env", "OMP_NUM_THREADS:1", "--", sys.executable,
+            os.path.join(SCRIPTS_DIR, "train_imagenet.py"), *args]
+
+
+def rank_0_log(log_dir):
+    """The text of the log of the worker that logs at INFO level (rank 0), '' before it does."""
+    for name in ("worker-0.log", "worker-1.log"):
+        path = os.path.join(log_dir, name)
+        text = open(path, errors="replace").read() if os.path.exists(path) else ""
+        if " INFO " in text:
+            return text
+    return ""
+
+
+def wait_for_log(process, log_dir, marker):
+    """Poll rank 0's log until it shows ``marker``; fail if the job ends first."""
+    while process.poll() is None:
+        if marker in rank_0_log(log_dir):
+            return
+        try:
+            process.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    raise AssertionError(f"the job ended before {marker!r}: {rank_0_log(log_dir)[-2000:]}")
+
+
+def test_sigterm_to_the_launcher_stops_every_worker_at_one_step_then_the_job_resumes(tmp_path):
+    prefix = str(tmp_path / "run" / "r")
+    args = DIST + ["--model-prefix", prefix]
+    job = subprocess.Popen(launch_command(tmp_path / "logs", args), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    wait_for_log(job, tmp_path / "logs", "Epoch[1] Batch[3]")
+    job.send_signal(signal.SIGTERM)
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    assert job.returncode == 143, output
+    logs = {task: open(tmp_path / "logs" / f"worker-{task}.log").read() for task in (0, 1)}
+    stopped = [line for log in logs.values() for line in log.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1 and "stopped by SIGTERM" in stopped[0]  # rank 0 speaks for the job
+    (epoch, batch), = [p for p in checkpoint.saved_positions(prefix) if p[1]]
+    assert epoch == 1 and batch >= 3
+    assert f"saved checkpoint {prefix}-0001+{batch:06d}" in stopped[0]
+    # Both workers stopped after that step: rank 1 did not log a batch past it.
+    assert f"Epoch[1] Batch[{batch + 1}]" not in logs[0] + logs[1]
+
+    resumed = subprocess.run(launch_command(tmp_path / "logs2", args + ["--resume", prefix]),
+                             capture_output=True, text=True, timeout=JOB_TIMEOUT + 30)
+    assert resumed.returncode == 0, rank_0_log(tmp_path / "logs2")[-3000:]
+    assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0)]
+    assert f"starting at epoch 1, batch {batch}" in rank_0_log(tmp_path / "logs2")
+
+
+def test_a_killed_worker_ends_the_job_with_one_line_and_it_resumes_from_save_steps(tmp_path):
+    prefix = str(tmp_path / "run" / "r")
+    args = DIST + ["--model-prefix", prefix, "--save-steps", "2"]
+    job = subprocess.Popen(launch_command(tmp_path / "logs", args), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    wait_for_log(job, tmp_path / "logs", "Epoch[0] Batch[5]")
+    output_so_far = ""
+    worker_1 = None
+    for line in job.stdout:  # the launcher names each process and its pid as it starts it
+        output_so_far += line
+        if "started worker 1" in line or "started worker-1" in line:
+            worker_1 = int(line.split("(pid ")[1].split(")")[0])
+            break
+    assert worker_1, output_so_far
+    os.kill(worker_1, signal.SIGKILL)
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    output = output_so_far + output
+    assert job.returncode == 128 + signal.SIGKILL, output
+    failed = [line for line in output.splitlines() if "failed with exit code" in line]
+    assert len(failed) == 1 and "137" in failed[0] and "worker" in failed[0], output
+    epoch, batch = checkpoint.saved_positions(prefix)[-1]
+    assert (epoch, batch) >= (0, 2) and (epoch * 12 + batch) % 2 == 0
+
+    resumed = subprocess.run(launch_command(tmp_path / "logs2", args + ["--resume", prefix]),
+                             capture_output=True, text=True, timeout=JOB_TIMEOUT + 30)
+    assert resumed.returncode == 0, rank_0_log(tmp_path / "logs2")[-3000:]
+    assert checkpoint.saved_positions(prefix)[-1] == (2, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# In one process: signals at chosen points, bad resumes
+# --------------------------------------------------------------------------------------------------
+
+QUICK = COMMON + SOURCES["synthetic"]
+
+
+def with_flag(argv, flag, value):
+    """``argv`` with the value of ``flag`` replaced."""
+    index = argv.index(flag)
+    return argv[:index + 1] + [value] + argv[index + 2:]
+
+
+def signal_at_batch(monkeypatch, batch, signum=signal.SIGTERM, epoch=0):
+    """Send ``signum`` to this process once epoch ``epoch`` has trained ``batch`` batches."""
+    real_update = logs.EpochMeter.update
+
+    def update(self, *args):
+        real_update(self, *args)
+        if self.epoch == epoch and self.batches == batch:
+            os.kill(os.getpid(), signum)
+    monkeypatch.setattr(logs.EpochMeter, "update", update)
+
+
+def test_resuming_mid_epoch_with_another_batch_size_is_one_error_line(
+        train_imagenet, tmp_path, monkeypatch, capsys):
+    prefix = str(tmp_path / "r")
+    signal_at_batch(monkeypatch, 5)
+    assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    argv = with_flag(QUICK, "--batch-size", "8")
+    assert train_imagenet(argv + ["--model-prefix", prefix, "--resume", prefix]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: checkpoint '{prefix}-0000+000005' stopped after batch 5 of epoch 0 "
+                   "with --batch-size 4, this run has --batch-size 8: the same position would mean "
+                   "other images; resume with --batch-size 4, or from an epoch checkpoint "
+                   f"({prefix}-NNNN), which any settings may continue\n")
+    # --num-epochs may change: the run continues to the new end.
+    argv = with_flag(QUICK, "--num-epochs", "3")
+    assert train_imagenet(argv + ["--model-prefix", prefix, "--resume", prefix]) == 0
+    assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0), (3, 0)]
+
+
+def test_a_signal_during_validation_saves_the_trained_epoch_and_resumes_exactly(
+        train_imagenet, image_folder, tmp_path, monkeypatch):
+    full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
+    args = COMMON + data_flags("folder", image_folder)  # 2 validation batches
+    assert train_imagenet(args + ["--model-prefix", full]) == 0
+    real_predict = GluonAPI.predict
+
+    def predict(self, data):  # the signal arrives while the first epoch is being validated
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_predict(self, data)
+    monkeypatch.setattr(GluonAPI, "predict", predict)
+    assert train_imagenet(args + ["--model-prefix", part]) == 143
+    monkeypatch.undo()
+    assert checkpoint.saved_positions(part) == [(0, 10)]  # every batch trained, not validated
+    assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
+    assert_identical(final_weights(full), final_weights(part))
+    with open(checkpoint.checkpoint_paths(full, 1).meta) as a, \
+            open(checkpoint.checkpoint_paths(part, 1).meta) as b:
+        assert json.load(a)["metrics"]["top1"] == json.load(b)["metrics"]["top1"]
+
+
+def test_a_second_ctrl_c_during_the_save_stops_at_once_and_keeps_the_last_checkpoint(
+        train_imagenet, tmp_path, monkeypatch, capsys):
+    prefix = str(tmp_path / "r")
+    signal_at_batch(monkeypatch, 3, signal.SIGINT, epoch=1)
+    real_save = checkpoint.mx.nd.save
+
+    def impatient_save(path, data):  # Ctrl-C again while the stop's checkpoint is written
+        if "+" in path:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_save(path, data)
+    monkeypatch.setattr(checkpoint.mx.nd, "save", impatient_save)
+    assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 130
+    monkeypatch.undo()
+    assert capsys.readouterr().err == ("error: interrupted twice (SIGINT): stopped at once without "
+                                       "saving; the checkpoints saved before are intact\n")
+    assert checkpoint.saved_positions(prefix) == [(1, 0)]
+    assert not [name for name in os.listdir(tmp_path) if ".tmp-" in name]
+    assert checkpoint.load_checkpoint(prefix).name == prefix + "-0001"
+
+
+def test_save_steps_without_model_prefix_is_one_error_line(train_imagenet, capsys):
+    assert train_imagenet(QUICK + ["--save-steps", "100"]) == 2
+    assert capsys.readouterr().err == ("error: --save-steps 100 saves mid-epoch checkpoints, which "
+                                       "need --model-prefix: add --model-prefix PREFIX (e.g. "
+                                       "runs/r50)\n")
+
+
+def test_a_signal_without_model_prefix_says_nothing_was_saved(train_imagenet, monkeypatch, capsys):
+    signal_at_batch(monkeypatch, 2)
+    assert train_imagenet(QUICK) == 143
+    assert ("stopped by SIGTERM after batch 2 of epoch 0: nothing saved (no --model-prefix; pass "
+            "--model-prefix PREFIX to save on a signal); exit code 143") in capsys.readouterr().out
