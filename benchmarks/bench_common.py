@@ -5,6 +5,7 @@ The scripts import it as a sibling module (``python benchmarks/<name>.py`` puts 
 ``sys.path``); it is not part of the mxfp16 package because only the benchmarks use it.
 """
 import datetime
+import importlib.util
 import json
 import os
 import sys
@@ -66,6 +67,23 @@ def digits_split():
         images, labels.astype("float32"), test_size=DIGITS_TEST_FRACTION,
         random_state=DIGITS_SPLIT_SEED, stratify=labels)
     return (train_x, train_y), (test_x, test_y)
+
+
+def stdlib_text(num_chars):
+    """The first ``num_chars`` characters of the docstrings of Python's standard library (non-ASCII
+    characters replaced by ``?``): the corpus of ``examples/lstm_language_model.py``, read through
+    ``examples/common.py`` so that the example and the benchmarks train on the same text.
+
+    The order is fixed (a fixed module list, members sorted by name); the exact text changes a
+    little between Python versions, so results name theirs.
+    """
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        "common.py")
+    spec = importlib.util.spec_from_file_location("mxfp16_examples_common", path)
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    text = "\n\n".join(doc for _, doc in common.stdlib_docstrings())
+    return "".join(c if c.isascii() else "?" for c in text)[:num_chars]
 
 
 def parse_image_shape(text):

@@ -166,6 +166,63 @@ def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark
     assert round_["seconds_to_exit"] > 0 and len(table_rows(markdown)) == 1 + 1 + 3  # 2 tables
 
 
+def test_sequence_parity_quick(load_benchmark, tmp_path):
+    module = load_benchmark("sequence_parity")
+    record, markdown = run_quick(module, tmp_path)
+    assert [(row["task"], row["dtype"]) for row in record["summary"]] == [
+        (task, dtype) for task in ("digits", "charlm") for dtype in ("float32", "float16", "bfloat16")]
+    assert len(table_rows(markdown)) == 6 and len(record["runs"]) == 6  # one seed
+    for row in record["summary"]:
+        assert row["values"] == [row["mean"]] and row["std"] == 0.0
+        assert row["vs_float32_range"] in ("within", "better", "worse")
+        assert row["dtype"] != "float32" or row["vs_float32_range"] == "within"
+    digits = [run for run in record["runs"] if run["task"] == "digits"]
+    assert all(0.0 <= run["test_accuracy"] <= 1.0 for run in digits)
+    charlm = [run for run in record["runs"] if run["task"] == "charlm"]
+    # quick mode's 4000 characters hold 72 distinct ones: a perplexity between 1 and 72 (padded to 72)
+    assert all(1.0 < run["val_perplexity"] < 72 for run in charlm)
+
+
+def test_lm_loss_scaling_quick_shows_underflow(load_benchmark, tmp_path):
+    module = load_benchmark("lm_loss_scaling")
+    record, markdown = run_quick(module, tmp_path)
+    rows = {row["mode"]: row for row in record["summary"]}
+    assert list(rows) == ["float32", "float16-no-scaling", "float16-dynamic"]
+    assert len(table_rows(markdown)) == 3
+    assert all(row["log2_factor"] == -16 for row in rows.values())
+    assert rows["float16-no-scaling"]["zero_grad_fraction"] > rows["float32"]["zero_grad_fraction"]
+    assert rows["float16-dynamic"]["zero_grad_fraction"] < rows["float16-no-scaling"][
+        "zero_grad_fraction"]
+    assert rows["float32"]["final_loss_scale"] == rows["float16-no-scaling"]["final_loss_scale"] == 1
+    assert rows["float16-dynamic"]["final_loss_scale"] > 1
+
+
+def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
+    module = load_benchmark("sequence_speed")
+    record, markdown = run_quick(module, tmp_path)
+    rows = record["results"]
+    dtypes = ["float32", "float16", "bfloat16"]
+    assert [(row["model"], row["dtype"]) for row in rows] == (
+        [("lstm_lm", dtype) for dtype in dtypes + [module.RNN_LAYER, module.UNROLLED_LAYER]]
+        + [("transformer", dtype) for dtype in dtypes])
+    assert len(table_rows(markdown)) == 8 + 1 + 2  # speed rows, then the casts table with its header
+    for row in rows:
+        assert len(row["step_times_s"]) == 2 and all(t > 0 for t in row["step_times_s"])
+        if row["dtype"] == "float32":
+            assert row["ratios_to_float32"] == [1.0, 1.0]
+    casts = {row["model"]: row["casts"] for row in rows}
+    # the LSTM LM's GPU graph: one cast, of the float16 logits to float32; AMP casts the RNN's
+    # inputs (data, parameters, two states) as well
+    assert casts["lstm_lm"] == {"mxfp16_gpu_graph": 1, "mxnet_amp": 5}
+    assert casts["transformer"]["mxfp16_gpu_graph"] < casts["transformer"]["mxnet_amp"]
+    # MXNet 1.9.1's RNN op has no bfloat16 kernel: CreateRNNState's type switch knows float32,
+    # float64 and float16 only (bfloat16 is type enum 12)
+    bound = record["bfloat16_rnn"]
+    assert bound["bfloat16_rnn_error"].endswith("Unknown type enum 12")
+    assert 0 < bound["rnn_share_of_float32_step"] and bound["bound_rest_free"] > 1
+    assert bound["unrolled_bfloat16_over_fused_float32"] > 0
+
+
 @pytest.mark.parametrize("name, argv, message", [
     ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
@@ -173,6 +230,9 @@ def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
     ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
     ("preemption", ["--signal-batch", "0"], "--signal-batch must be >= 1, got 0"),
+    ("sequence_parity", ["--tasks", "mnist"], "unknown task(s) ['mnist']"),
+    ("lm_loss_scaling", ["--log2-factors", "4,x"], "integers in [-40, 0]"),
+    ("sequence_speed", ["--units", "250", "--heads", "4"], "--units 250 is not a multiple"),
 ])
 def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
     assert load_benchmark(name).main(argv) == 2
