@@ -22,6 +22,7 @@ from .cast_network import CastBlock
 from .dtypes import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
+from .signature import block_inputs, call_structure, describe_call, describe_signature
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
@@ -307,7 +308,52 @@ def _cast_parameters(params, graphs, data_names):
                 param.cast(np.dtype(types[name]).type)
 
 
-def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("data",)):
+def _input_names(block, input_names):
+    """The names the block's data inputs are traced under: ``input_names`` when given; else
+    ``data`` for a block of one required input (as before), the names of ``hybrid_forward`` (or
+    of the block's own ``forward``) for several."""
+    if input_names is not None:
+        return tuple(input_names)
+    inputs = block_inputs(block)
+    if inputs is None or len(inputs[0]) <= 1:
+        return ("data",)
+    return inputs[0]
+
+
+def _variant_tracer(block, dtype, emulate, mode):
+    """``trace(call) -> (data names, (inference graph, training graph or None), output format)``:
+    the cast graphs of ``block`` called as in ``call`` (nested lists, None), for
+    :class:`CastBlock` calls of another shape than the one traced first."""
+    def trace(call):
+        flat, fmt, _ = call_structure(call)
+        names = [f"input{index}" for index in range(len(flat))]
+        symbols = mxnet_internals.regroup(
+            [None if array is None else mx.sym.var(name) for array, name in zip(flat, names)], fmt)
+        data_names = [name for array, name in zip(flat, names) if array is not None]
+        graphs, out_fmt = [], None
+        for scope in (autograd.predict_mode, autograd.train_mode):
+            with scope():
+                try:
+                    outputs = block(*symbols)
+                except TypeError as error:
+                    raise TypeError(f"the cast network takes what {describe_signature(block)} "
+                                    f"takes, called with {describe_call(call)}: "
+                                    f"{' '.join(str(error).split())}") from None
+            out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
+            graphs.append(out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat))
+        inference, training = graphs
+        if _structure(training) == _structure(inference):
+            training = None
+        cast = [None if sym is None else
+                cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
+                for sym in (inference, training)]
+        _cast_parameters(block.collect_params(), [sym for sym in cast if sym is not None],
+                         data_names)
+        return data_names, cast, out_fmt
+    return trace
+
+
+def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None):
     """Prepare a Gluon HybridBlock for mixed-precision training and inference: ``net.cast``'s
     replacement.
 
@@ -335,8 +381,13 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
         CPU emulation of float16; ``None`` turns it on when MXNet sees no GPU.
     mode : {'full', 'amp'}
         As in :func:`cast_symbol`.
-    input_names : sequence of str
-        Names for the block's inputs (ignored for a SymbolBlock, which has its own).
+    input_names : sequence of str, optional
+        Names for the block's inputs, for Symbol-style callers (ignored for a SymbolBlock, which
+        has its own).  Without it the cast network is called exactly like ``block``: the inputs
+        are read from ``block``'s signature (``data`` for one input), and calls with nested lists
+        of states (``net(x, begin_state)`` returning ``(output, states)``), optional inputs given
+        or left out, or another number of inputs are traced from ``block`` on their first use.
+        A call ``block`` itself does not take is one ``TypeError`` naming both.
 
     Returns
     -------
@@ -372,7 +423,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     check_mode(mode)
     if dtype == "float32":
         return block
-    data_names, *graphs = _block_graphs(block, input_names)
+    data_names, *graphs = _block_graphs(block, _input_names(block, input_names))
     graphs = [None if sym is None else
               cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
               for sym in graphs]
@@ -380,7 +431,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
     keys = block.param_keys if isinstance(block, CastBlock) else \
         mxnet_internals.block_param_keys(block)
-    cast = CastBlock(graphs, data_names, params, keys, dtype)
+    tracer = None if isinstance(block, gluon.SymbolBlock) else \
+        _variant_tracer(block, dtype, emulate, mode)
+    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer)
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)

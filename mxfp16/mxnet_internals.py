@@ -182,3 +182,23 @@ def dataloader_batches(loader, skip):
         skipped += 1
     batchify, dataset = loader._batchify_fn, loader._dataset
     return skipped, (batchify([dataset[index] for index in batch]) for batch in indices)
+
+
+def block_own_param_names(block):
+    """The names under which a HybridBlock passes its own Parameters to ``hybrid_forward`` as
+    keywords (``block._reg_params``)."""
+    return list(getattr(block, "_reg_params", {}))
+
+
+def flatten_call(args):
+    """``(flat, fmt)`` of (nested) call arguments, None allowed (``gluon.block._flatten``), the
+    format ``regroup`` rebuilds them from."""
+    from mxnet.gluon.block import _flatten
+    return _flatten(args, "input")
+
+
+def regroup(flat, fmt):
+    """The nested structure ``fmt`` (from :func:`flatten_call`) rebuilt from ``flat``
+    (``gluon.block._regroup``)."""
+    from mxnet.gluon.block import _regroup
+    return _regroup(list(flat), fmt)
