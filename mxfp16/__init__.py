@@ -29,7 +29,8 @@ from .mxnet_import import import_core
 # still run to diagnose that; a user gets import_core's clear error instead of MXNet's traceback.
 # Module -> the public names it defines, as ``from .<module> import <names>`` did here.
 _EXPORTS = {
-    "casting": ("cast_block", "cast_params", "cast_symbol"),
+    "casting": ("cast_block", "cast_symbol"),
+    "checkpoint_cast": ("cast_params",),
     "dtypes": ("SUPPORTED_DTYPES",),
     "emulation": ("resolve_emulate",),
     "loss_scaling": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",

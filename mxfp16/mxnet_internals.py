@@ -202,3 +202,16 @@ def regroup(flat, fmt):
     (``gluon.block._regroup``)."""
     from mxnet.gluon.block import _regroup
     return _regroup(list(flat), fmt)
+
+
+def block_children(block):
+    """``{name: child Block}`` of a Block (``block._children``), in registration order."""
+    return dict(block._children)
+
+
+def replace_child(block, name, child):
+    """Put ``child`` in place of the child ``name`` of ``block`` (``_children`` and the attribute
+    of that name), where ``Block.__setattr__`` refuses a change of the child's type."""
+    block._children[name] = child
+    if name in vars(block):
+        object.__setattr__(block, name, child)

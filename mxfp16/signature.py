@@ -72,7 +72,7 @@ def _describe(value):
     if value is None:
         return "None"
     if isinstance(value, mx.nd.NDArray):
-        return f"NDArray{tuple(value.shape)}"
+        return f"NDArray({', '.join(map(str, value.shape))})"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_describe(item) for item in value) + "]"
     return type(value).__name__
