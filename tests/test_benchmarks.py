@@ -223,6 +223,15 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     assert bound["unrolled_bfloat16_over_fused_float32"] > 0
 
 
+def test_rnn_emulation_error_quick_stays_within_float16_resolution(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("rnn_emulation_error"), tmp_path)
+    (rows,) = record["seeds"].values()  # --quick: one seed
+    assert set(rows) == {"emulated", "per-step", "emulated vs per-step"}
+    assert len(table_rows(markdown)) == 9
+    for label, parts in rows.items():  # within a few float16 roundings of the largest value
+        assert all(worst < 8 * 2.0 ** -11 for worst, _ in parts.values()), (label, parts)
+
+
 @pytest.mark.parametrize("name, argv, message", [
     ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
@@ -230,6 +239,7 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
     ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
     ("preemption", ["--signal-batch", "0"], "--signal-batch must be >= 1, got 0"),
+    ("rnn_emulation_error", ["--seeds", "a"], "--seeds 'a': give integers"),
     ("sequence_parity", ["--tasks", "mnist"], "unknown task(s) ['mnist']"),
     ("lm_loss_scaling", ["--log2-factors", "4,x"], "integers in [-40, 0]"),
     ("sequence_speed", ["--units", "250", "--heads", "4"], "--units 250 is not a multiple"),
