@@ -140,8 +140,9 @@ def main(argv=None):
     net = build_model(args, vocab_size)
     net.initialize(mx.init.Normal(0.02), ctx=ctx)
     net.hybridize(static_alloc=True)
-    # three inputs, named for the cast graph; LayerNorm, softmax and the loss stay float32
-    net = mxfp16.cast_block(net, args.dtype, input_names=("data", "token_types", "valid_length"))
+    # called as before: net(tokens, token_types, valid_length); LayerNorm, softmax and the loss
+    # stay float32
+    net = mxfp16.cast_block(net, args.dtype)
     trainer = mxfp16.Trainer(net.collect_params(), "adam", {"learning_rate": args.lr},
                              dtype=args.dtype)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()

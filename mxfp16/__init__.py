@@ -29,14 +29,18 @@ from .mxnet_import import import_core
 # still run to diagnose that; a user gets import_core's clear error instead of MXNet's traceback.
 # Module -> the public names it defines, as ``from .<module> import <names>`` did here.
 _EXPORTS = {
-    "casting": ("cast_block", "cast_params", "cast_symbol"),
+    "casting": ("cast_block", "cast_symbol"),
+    "checkpoint_cast": ("cast_params",),
     "dtypes": ("SUPPORTED_DTYPES",),
     "emulation": ("resolve_emulate",),
     "loss_scaling": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
                      "make_loss_scaler"),
     "module": ("init_optimizer", "make_scaled_module", "module_step", "scale_loss_symbol"),
     "optimizers": ("MULTI_PRECISION_OPTIMIZERS", "make_optimizer", "make_trainer", "rescale_grad"),
+    "preemption": ("StopRequest",),
     "trainer": ("Trainer",),
+    "training_state": ("TrainingState", "save_training_state", "load_training_state",
+                       "latest_training_state", "seed_step"),
 }
 
 #: The other core modules that ``import mxfp16`` made attributes of the package (``mxfp16.graph``).
@@ -50,6 +54,8 @@ __all__ = [
     "LossScaler", "StaticLossScaler", "DynamicLossScaler", "LossScaleCollapse", "make_loss_scaler",
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
+    "StopRequest", "TrainingState", "save_training_state", "load_training_state",
+    "latest_training_state", "seed_step",
 ]
 
 

@@ -12,6 +12,7 @@ from mxnet import autograd, gluon
 from . import mxnet_internals
 from .loss_scaling import all_finite
 from .optimizers import master_copies
+from .signature import call_structure, describe_call, is_plain_call
 
 #: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the
 #: float16 network's own (half the bytes, for deployment).
@@ -88,7 +89,8 @@ class CastBlock(gluon.SymbolBlock):
     >>> nn.Dense(2, in_units=3).load_parameters(path)  # the float32 network, no option
     """
 
-    def __init__(self, graphs, data_names, params, param_keys, dtype):
+    def __init__(self, graphs, data_names, params, param_keys, dtype, tracer=None, plain=None,
+                 original=None):
         inference, training = graphs
         super().__init__(inference, _data_inputs(data_names), params=params)
         self.data_names = list(data_names)
@@ -97,6 +99,22 @@ class CastBlock(gluon.SymbolBlock):
         # A child block, so hybridize() reaches it; it shares every Parameter.
         self.training_block = None if training is None else \
             gluon.SymbolBlock(training, _data_inputs(data_names), params=params)
+        # The call traced first: ``count`` plain arrays, of which those at ``positions`` are the
+        # graph's inputs, the outputs nested as ``out_fmt`` (None: as the graph gives them).
+        count, self._positions, self._out_fmt = plain or (len(data_names), None, None)
+        self._plain_count = count
+        # Calls of another shape (nested states, optional inputs given or left out) get graphs of
+        # their own, traced from the original block by ``tracer(call)`` on first use.
+        self._tracer, self._variants = tracer, {}
+        # The original's other methods (GluonNLP's decoder.init_state_from_encoder, begin_state),
+        # not as a child: its Parameters are this block's already.
+        object.__setattr__(self, "_original", original)
+
+    def __getattr__(self, name):
+        original = self.__dict__.get("_original")
+        if original is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(original, name)
 
     @property
     def graphs(self):
@@ -106,14 +124,56 @@ class CastBlock(gluon.SymbolBlock):
         return mxnet_internals.symbol_block_graph(self)[1], training
 
     def forward(self, x, *args):
+        call = (x,) + args
+        if not is_plain_call(call, self._plain_count):
+            return self._watch(self._call_variant(call))
+        if self._positions is not None:
+            call = [call[index] for index in self._positions]
         if self.training_block is not None and autograd.is_training():
-            return self.training_block(x, *args)
-        out = super().forward(x, *args)
+            out = self.training_block(*call)
+        else:
+            out = self._watch(super().forward(*call))
+        if self._out_fmt is None:
+            return out
+        return mxnet_internals.regroup(out if isinstance(out, list) else [out], self._out_fmt)
+
+    def _call_variant(self, call):
+        """Run a call whose arguments are not the traced data inputs: nested lists, None, or
+        another number of arrays."""
+        flat, _, key = call_structure(call)
+        key = (len(call), key)
+        if key not in self._variants:
+            if self._tracer is None:
+                raise TypeError(f"this cast network takes ({', '.join(self.data_names)}) (the "
+                                f"inputs it was traced with), called with {describe_call(call)}: "
+                                "cast the original Gluon block, whose own calls it then takes")
+            self._variants[key] = self._new_variant(call)
+        (inference, training), positions, out_fmt = self._variants[key]
+        block = training if training is not None and autograd.is_training() else inference
+        outputs = block(*[flat[index] for index in positions])
+        return mxnet_internals.regroup(outputs if isinstance(outputs, list) else [outputs],
+                                       out_fmt)
+
+    def _new_variant(self, call):
+        data_names, positions, graphs, out_fmt = self._tracer(call)
+        params = self.collect_params()
+        blocks = [None if graph is None else
+                  gluon.SymbolBlock(graph, _data_inputs(data_names), params=params)
+                  for graph in graphs]
+        flags = mxnet_internals.hybridize_flags(self)
+        for index, block in enumerate(blocks):
+            if block is not None:
+                self.register_child(block, f"variant{len(self._variants)}_{index}")
+                if flags is not None:
+                    block.hybridize(True, **flags)
+        return blocks, positions, out_fmt
+
+    def _watch(self, out):
         if self._watch_outputs and not autograd.is_training():
             arrays = _ndarrays(out)
             if arrays and not all_finite(arrays):
                 self._watch_outputs = False
-                warnings.warn(OVERFLOW_WARNING, RuntimeWarning, stacklevel=3)
+                warnings.warn(OVERFLOW_WARNING, RuntimeWarning, stacklevel=4)
         return out
 
     def save_parameters(self, filename, deduplicate=False, dtype="float32"):

@@ -22,6 +22,7 @@ from .cast_network import CastBlock
 from .dtypes import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
+from .signature import block_inputs, call_structure, describe_call, describe_signature
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
@@ -268,15 +269,6 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     return emulate_float16(sym, plan, data_names)
 
 
-def _trace(block, input_names, mode_scope):
-    """The graph of a Gluon block called on symbols named ``input_names`` under ``mode_scope``."""
-    with mode_scope():
-        outputs = block(*[mx.sym.var(name) for name in input_names])
-    if isinstance(outputs, (list, tuple)):
-        outputs = mx.sym.Group(list(outputs))
-    return outputs
-
-
 def _structure(sym):
     """A graph without what differs between two traces of one block (op names, aux versions)."""
     graph = json.loads(sym.tojson(remove_amp_cast=False))
@@ -285,17 +277,13 @@ def _structure(sym):
     return nodes, [head[:2] for head in graph["heads"]]
 
 
-def _block_graphs(block, input_names):
-    """``(data names, inference graph, training graph or None where the two are the same)``."""
+def _block_graphs(block):
+    """``(data names, inference graph, training graph or None where the two are the same)`` of a
+    SymbolBlock (a :class:`CastBlock` has both graphs)."""
     if isinstance(block, CastBlock):
         return (block.data_names,) + block.graphs
-    if isinstance(block, gluon.SymbolBlock):
-        inputs, outputs = mxnet_internals.symbol_block_graph(block)
-        return [s.name for s in inputs], outputs, None
-    inference = _trace(block, input_names, autograd.predict_mode)
-    training = _trace(block, input_names, autograd.train_mode)
-    same = _structure(training) == _structure(inference)
-    return list(input_names), inference, None if same else training
+    inputs, outputs = mxnet_internals.symbol_block_graph(block)
+    return [s.name for s in inputs], outputs, None
 
 
 def _cast_parameters(params, graphs, data_names):
@@ -307,7 +295,56 @@ def _cast_parameters(params, graphs, data_names):
                 param.cast(np.dtype(types[name]).type)
 
 
-def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("data",)):
+def _input_names(block, input_names):
+    """The names the block's data inputs are traced under: ``input_names`` when given; else
+    ``data`` for a block of one required input (as before), the names of ``hybrid_forward`` (or
+    of the block's own ``forward``) for several."""
+    if input_names is not None:
+        return tuple(input_names)
+    inputs = block_inputs(block)
+    if inputs is None or len(inputs[0]) <= 1:
+        return ("data",)
+    return inputs[0]
+
+
+def _variant_tracer(block, dtype, emulate, mode):
+    """``trace(call, names=None) -> (data names, positions, (inference graph, training graph or
+    None), output format)``: the cast graphs of ``block`` called as in ``call`` (nested lists,
+    None), the inputs it uses (their names and positions among the call's flat arrays) and the
+    nesting of its outputs, for :class:`CastBlock`."""
+    def trace(call, names=None):
+        flat, fmt, _ = call_structure(call)
+        names = list(names) if names else [f"input{index}" for index in range(len(flat))]
+        symbols = mxnet_internals.regroup(
+            [None if array is None else mx.sym.var(name) for array, name in zip(flat, names)], fmt)
+        graphs, out_fmt = [], None
+        for scope in (autograd.predict_mode, autograd.train_mode):
+            with scope():
+                try:
+                    outputs = block(*symbols)
+                except (TypeError, AssertionError) as error:
+                    raise TypeError(f"the cast network takes what {describe_signature(block)} "
+                                    f"takes, called with {describe_call(call)}: "
+                                    f"{' '.join(str(error).split())}") from None
+            out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
+            graphs.append(out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat))
+        inference, training = graphs
+        used = set(inference.list_arguments()) | set(training.list_arguments())
+        positions = [index for index, (array, name) in enumerate(zip(flat, names))
+                     if array is not None and name in used]
+        data_names = [names[index] for index in positions]
+        if _structure(training) == _structure(inference):
+            training = None
+        cast = [None if sym is None else
+                cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
+                for sym in (inference, training)]
+        _cast_parameters(block.collect_params(), [sym for sym in cast if sym is not None],
+                         data_names)
+        return data_names, positions, cast, out_fmt
+    return trace
+
+
+def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None):
     """Prepare a Gluon HybridBlock for mixed-precision training and inference: ``net.cast``'s
     replacement.
 
@@ -326,17 +363,25 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
 
     Parameters
     ----------
-    block : gluon.HybridBlock
+    block : gluon.HybridBlock or gluon.Block
         Any hybridizable network (model-zoo networks, ``SymbolBlock.imports`` of a checkpoint),
-        initialized or not, hybridized or not, its parameters loaded or not.
+        initialized or not, hybridized or not, its parameters loaded or not.  A ``gluon.Block``
+        that is not hybridizable but is made of HybridBlocks (GluonNLP's ``NMTModel``) has those
+        cast in place and is returned itself: its own Python code between them runs on their
+        float32 outputs, and the cast parts keep the methods of the originals.
     dtype : {'float16', 'bfloat16', 'float32'}
         ``'float32'`` returns ``block`` itself, unchanged.
     emulate : bool or None
         CPU emulation of float16; ``None`` turns it on when MXNet sees no GPU.
     mode : {'full', 'amp'}
         As in :func:`cast_symbol`.
-    input_names : sequence of str
-        Names for the block's inputs (ignored for a SymbolBlock, which has its own).
+    input_names : sequence of str, optional
+        Names for the block's inputs, for Symbol-style callers (ignored for a SymbolBlock, which
+        has its own).  Without it the cast network is called exactly like ``block``: the inputs
+        are read from ``block``'s signature (``data`` for one input), and calls with nested lists
+        of states (``net(x, begin_state)`` returning ``(output, states)``), optional inputs given
+        or left out, or another number of inputs are traced from ``block`` on their first use.
+        A call ``block`` itself does not take is one ``TypeError`` naming both.
 
     Returns
     -------
@@ -365,6 +410,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     >>> net16(mx.nd.ones((4, 3))).dtype.__name__
     'float32'
     """
+    if isinstance(block, gluon.Block) and not isinstance(block, gluon.HybridBlock) \
+            and mxnet_internals.block_children(block):
+        return _cast_children(block, dtype, emulate, mode)
     if not isinstance(block, gluon.HybridBlock):
         raise TypeError(f"cast_block takes a gluon.HybridBlock, got {_describe(block)}: "
                         "make the network hybridizable, or pass a Symbol to cast_symbol")
@@ -372,78 +420,47 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=("
     check_mode(mode)
     if dtype == "float32":
         return block
-    data_names, *graphs = _block_graphs(block, input_names)
-    graphs = [None if sym is None else
-              cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
-              for sym in graphs]
     params = block.collect_params()
-    _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
+    if isinstance(block, gluon.SymbolBlock):  # a fixed graph: its own inputs, as they are
+        data_names, *graphs = _block_graphs(block)
+        graphs = [None if sym is None else
+                  cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
+                  for sym in graphs]
+        _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
+        tracer, traced = None, (data_names, list(range(len(data_names))), graphs, None)
+    else:  # traced called with plain arrays; other calls traced on first use
+        tracer = _variant_tracer(block, dtype, emulate, mode)
+        names = _input_names(block, input_names)
+        try:
+            traced = tracer([mx.nd.zeros(1)] * len(names), names)
+        except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
+            if input_names is not None:
+                raise
+            # Inputs that must be nested (a decoder's [memory, mask] states): traced at the first
+            # call, which also casts the parameters; until then the graph holds the parameters.
+            graph = mx.sym.Group([mx.sym.var(name, dtype=param.dtype)
+                                  for name, param in params.items()])
+            names, traced = (), ([], [], [graph, None], None)
     keys = block.param_keys if isinstance(block, CastBlock) else \
         mxnet_internals.block_param_keys(block)
-    cast = CastBlock(graphs, data_names, params, keys, dtype)
+    data_names, positions, graphs, out_fmt = traced
+    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer,
+                     plain=(len(positions) if tracer is None else len(names), positions, out_fmt),
+                     original=None if tracer is None else block)
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)
     return cast
 
 
-def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=None,
-                allow_missing=False, allow_extra=False):
-    """Convert float32 checkpoint parameters to the dtypes a cast symbol expects.
-
-    Use it to fine-tune a float32 pretrained model in float16 with ``mx.mod.Module``.
-
-    Parameters
-    ----------
-    arg_params, aux_params : dict of str to NDArray
-        As ``mx.model.load_checkpoint`` returns them.
-    sym : mx.sym.Symbol
-        The graph the parameters are for, usually the output of :func:`cast_symbol`.
-    data_names : sequence of str
-        The graph's data inputs (not parameters).
-    label_names : sequence of str or None
-        The graph's label inputs; ``None`` means the arguments whose names end in ``label``.
-    allow_missing : bool
-        Leave out graph parameters the checkpoint lacks (for example a new classifier) instead of
-        raising.
-    allow_extra : bool
-        Ignore checkpoint parameters the graph does not use instead of raising.
-
-    Returns
-    -------
-    (dict, dict)
-        ``arg_params`` and ``aux_params`` in the graph's dtypes.
-
-    Raises
-    ------
-    ValueError
-        Naming every missing or unexpected parameter.
-
-    Examples
-    --------
-    >>> import mxnet as mx
-    >>> net = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
-    >>> params = {'fc_weight': mx.nd.ones((2, 3)), 'fc_bias': mx.nd.zeros((2,))}
-    >>> args, aux = cast_params(params, {}, cast_symbol(net, 'float16', emulate=False))
-    >>> args['fc_weight'].dtype.__name__
-    'float16'
-    """
-    data_names = tuple(data_names)
-    types = internal_dtypes(sym, data_names)
-    inputs = set(data_names) | set(label_names if label_names is not None else
-                                   [n for n in sym.list_arguments() if n.endswith("label")])
-    converted = []
-    for given, expected in ((arg_params, [n for n in sym.list_arguments() if n not in inputs]),
-                            (aux_params, sym.list_auxiliary_states())):
-        given = dict(given or {})
-        missing = [n for n in expected if n not in given]
-        extra = [n for n in given if n not in expected]
-        if missing and not allow_missing:
-            raise ValueError(f"the checkpoint has no value for parameter(s) {missing}: pass "
-                             "allow_missing=True to leave them to the initializer")
-        if extra and not allow_extra:
-            raise ValueError(f"the checkpoint has parameter(s) {extra} that the graph does not "
-                             "use: pass allow_extra=True to ignore them, or check the network")
-        converted.append({n: v.astype(types.get(n, "float32"), copy=False)
-                          for n, v in given.items() if n in expected})
-    return converted[0], converted[1]
+def _cast_children(block, dtype, emulate, mode):
+    """A Block that is not hybridizable (GluonNLP's ``NMTModel``), its HybridBlock parts cast in
+    place (and those of its plain Block parts, recursively); the block itself is returned."""
+    for name, child in mxnet_internals.block_children(block).items():
+        if isinstance(child, CastBlock):
+            continue
+        if isinstance(child, gluon.HybridBlock):
+            mxnet_internals.replace_child(block, name, cast_block(child, dtype, emulate, mode))
+        else:
+            _cast_children(child, dtype, emulate, mode)
+    return block

@@ -182,3 +182,36 @@ def dataloader_batches(loader, skip):
         skipped += 1
     batchify, dataset = loader._batchify_fn, loader._dataset
     return skipped, (batchify([dataset[index] for index in batch]) for batch in indices)
+
+
+def block_own_param_names(block):
+    """The names under which a HybridBlock passes its own Parameters to ``hybrid_forward`` as
+    keywords (``block._reg_params``)."""
+    return list(getattr(block, "_reg_params", {}))
+
+
+def flatten_call(args):
+    """``(flat, fmt)`` of (nested) call arguments, None allowed (``gluon.block._flatten``), the
+    format ``regroup`` rebuilds them from."""
+    from mxnet.gluon.block import _flatten
+    return _flatten(args, "input")
+
+
+def regroup(flat, fmt):
+    """The nested structure ``fmt`` (from :func:`flatten_call`) rebuilt from ``flat``
+    (``gluon.block._regroup``)."""
+    from mxnet.gluon.block import _regroup
+    return _regroup(list(flat), fmt)
+
+
+def block_children(block):
+    """``{name: child Block}`` of a Block (``block._children``), in registration order."""
+    return dict(block._children)
+
+
+def replace_child(block, name, child):
+    """Put ``child`` in place of the child ``name`` of ``block`` (``_children`` and the attribute
+    of that name), where ``Block.__setattr__`` refuses a change of the child's type."""
+    block._children[name] = child
+    if name in vars(block):
+        object.__setattr__(block, name, child)

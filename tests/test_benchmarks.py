@@ -158,6 +158,14 @@ def test_train_throughput_takes_the_summary_line_over_the_log(load_benchmark):
     assert module.script_throughput("", stderr) == 9.9
 
 
+def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("preemption"), tmp_path)
+    (round_,) = record["rounds"]  # --quick: one round
+    assert round_["checkpoint"].startswith("r-0000+")  # the stop's mid-epoch checkpoint
+    assert set(round_["sizes"]) == {".params", ".states", ".json"}
+    assert round_["seconds_to_exit"] > 0 and len(table_rows(markdown)) == 1 + 1 + 3  # 2 tables
+
+
 def test_sequence_parity_quick(load_benchmark, tmp_path):
     module = load_benchmark("sequence_parity")
     record, markdown = run_quick(module, tmp_path)
@@ -222,6 +230,7 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     ("data_pipeline", ["--image-shape", "224,224"], "--image-shape '224,224'"),
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
     ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    ("preemption", ["--signal-batch", "0"], "--signal-batch must be >= 1, got 0"),
     ("sequence_parity", ["--tasks", "mnist"], "unknown task(s) ['mnist']"),
     ("lm_loss_scaling", ["--log2-factors", "4,x"], "integers in [-40, 0]"),
     ("sequence_speed", ["--units", "250", "--heads", "4"], "--units 250 is not a multiple"),

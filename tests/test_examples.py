@@ -16,7 +16,7 @@ import pytest
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
-            "module_image_classification", "bert_classifier")
+            "module_image_classification", "bert_classifier", "preemptible_loop")
 IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
 
 

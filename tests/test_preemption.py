@@ -24,11 +24,17 @@ COMMON = ["--network", "cifar_resnet20_v1", "--image-shape", "3,16,16", "--num-c
           "--optimizer", "adam", "--lr", "0.01", "--lr-mode", "cosine"]
 #: Synthetic data: 12 batches of 4 per epoch.  Image folder (48 images, 38 for training): 10.
 SOURCES = {"synthetic": ["--benchmark", "1", "--num-examples", "48", "--batch-size", "4"],
-           "folder": ["--batch-size", "4", "--val-fraction", "0.2"]}
+           "folder": ["--batch-size", "4", "--val-fraction", "0.2"],
+           "records": ["--batch-size", "4"]}
 
 
-def data_flags(source, image_folder):
-    return SOURCES[source] + (["--data-dir", str(image_folder)] if source == "folder" else [])
+def data_flags(source, image_folder, rec_files=None):
+    if source == "folder":
+        return SOURCES[source] + ["--data-dir", str(image_folder)]
+    if source == "records":  # 36 training images: 9 batches
+        return SOURCES[source] + ["--data-train", rec_files.train_rec, "--data-val",
+                                  rec_files.val_rec]
+    return SOURCES[source]
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +82,15 @@ CASES = [
     ("SIGINT", "module", 1, "synthetic", 0),
     ("SIGKILL", "gluon", 1, "folder", 3),
     ("SIGKILL", "module", 2, "synthetic", 3),
+    ("SIGTERM", "gluon", 1, "records", 0),  # ImageRecordIter: the epochs' resets replayed
 ]
 
 
 @pytest.mark.parametrize("signal_name, api, devices, source, save_steps", CASES)
-def test_interrupted_and_resumed_run_ends_bit_identical(
-        train_imagenet, image_folder, tmp_path, signal_name, api, devices, source, save_steps):
-    args = COMMON + data_flags(source, image_folder) + ["--api", api]
+def test_interrupted_and_resumed_run_ends_bit_identical(train_imagenet, image_folder, rec_files,
+                                                        tmp_path, signal_name, api, devices, source,
+                                                        save_steps):
+    args = COMMON + data_flags(source, image_folder, rec_files) + ["--api", api]
     if devices > 1:
         args += ["--cpus", str(devices)]
     if save_steps:
@@ -98,11 +106,11 @@ def test_interrupted_and_resumed_run_ends_bit_identical(
     positions = checkpoint.saved_positions(part)
     epoch, batch = positions[-1]
     if signal_name == "SIGKILL":  # the newest --save-steps checkpoint, no line
-        per_epoch = {"synthetic": 12, "folder": 10}[source]
+        per_epoch = {"synthetic": 12, "folder": 10, "records": 9}[source]
         assert epoch == 1 and 0 < batch <= 5 and "stopped by" not in output
         assert (epoch * per_epoch + batch) % save_steps == 0  # counted over the run
     else:
-        assert epoch == 1 and 5 <= batch < 10, positions
+        assert epoch == 1 and 5 <= batch < 9, positions
         stopped = [line for line in output.splitlines() if "stopped by" in line]
         assert len(stopped) == 1
         assert f"stopped by {signal_name} after batch {batch} of epoch 1: saved checkpoint " \
@@ -317,3 +325,17 @@ def test_a_signal_without_model_prefix_says_nothing_was_saved(train_imagenet, mo
     assert train_imagenet(QUICK) == 143
     assert ("stopped by SIGTERM after batch 2 of epoch 0: nothing saved (no --model-prefix; pass "
             "--model-prefix PREFIX to save on a signal); exit code 143") in capsys.readouterr().out
+
+
+def test_a_signal_during_an_epoch_checkpoint_stops_right_after_it(train_imagenet, tmp_path,
+                                                                  monkeypatch, capsys):
+    prefix = str(tmp_path / "r")
+    real_write = checkpoint._write_json
+
+    def write_json(path, record):  # SIGTERM while the epoch's checkpoint is written
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_write(path, record)
+    monkeypatch.setattr(checkpoint, "_write_json", write_json)
+    assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 143
+    assert checkpoint.saved_positions(prefix) == [(1, 0)]  # written in full, nothing after it
+    assert "stopped by SIGTERM at the end of epoch 0: saved checkpoint " in capsys.readouterr().out

@@ -234,6 +234,9 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
              record["lr"], scale, record["num_update"])
     metrics_log.write(record, step=begin_epoch, group="start")
     stop = None if checkpointer is None or checkpointer.vote else checkpointer.stop
+    if getattr(data.train, "skip", None) is None:  # ImageRecordIter: replay the epochs' shuffles
+        for _ in range(begin_epoch):
+            data.train.reset()
     for epoch in range(begin_epoch, num_epochs):
         first = epoch == begin_epoch
         stats = train_one_epoch(api, data.train, num_batches=data.batches_per_epoch, epoch=epoch,
@@ -250,14 +253,16 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
         record = dict(event="epoch", epoch=epoch, **stats, top1=top1, topk=topk, **run_status(api))
         log.info(epoch_line(record, top_k))
         metrics_log.write(record, step=epoch)
-        stopping = checkpointer is not None and checkpointer.stop_requested()
         name = None
-        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs or stopping):
+        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs):
             name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
-            if checkpointer is not None:
-                checkpointer.policy.saved()
-        if stopping and epoch + 1 < num_epochs:
+        # after the save: a signal during the write stops here, with the epoch saved
+        if checkpointer is not None and checkpointer.stop_requested() and epoch + 1 < num_epochs:
+            if save and name is None:
+                name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
             checkpointer.stopped(epoch + 1, 0, name)
+        if name is not None and checkpointer is not None:
+            checkpointer.policy.saved()
     return record
 
 

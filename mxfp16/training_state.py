@@ -1,0 +1,300 @@
+"""The whole state of a user's own training loop, saved and restored in one call each, so that a
+preempted loop continues as if it had never stopped.
+
+What a float16 loop must keep, and what Gluon's ``save_parameters`` alone loses: the float32 values
+of the weights (the optimizer's master weights), the optimizer state (momenta, update counts), the
+loss scaler's scale and counters (:meth:`mxfp16.Trainer.save_states` carries them), the step, and the
+random state.  :func:`save_training_state` writes all of it for one or several networks and
+Trainers (a GAN's two), as ``PREFIX-SSSSSSSS`` (the step, 8 digits):
+
+* ``PREFIX-00000120.net0.params``, ``.net1.params``, ...: each network's parameters in float32
+  (``block.save_parameters``; a :func:`mxfp16.cast_block` network writes its master weights);
+* ``PREFIX-00000120.trainer0.states``, ...: each Trainer's ``save_states``;
+* ``PREFIX-00000120.json``: the step, your ``extra`` values (epoch, batch, metrics: anything
+  JSON-ready), Python's and numpy's global random states, and the other files' sizes.
+
+Each file is written to a temporary name, flushed to disk and renamed, the JSON file last: a state
+exists once its JSON file does and its files have the sizes it records, so a write cut short by a
+kill or a crash is never taken for a complete state, and :func:`latest_training_state` passes over
+it.  The newest ``keep`` states are kept, older ones deleted after the new one is complete.
+
+MXNet's own random generators (dropout, ``mx.nd.random``) cannot be read back; call
+:func:`seed_step` at the start of every step to make each step's draws depend on ``(seed, step)``
+only, and a resumed loop draws what the uninterrupted one drew.
+
+Examples
+--------
+>>> import os, tempfile, mxnet as mx, mxfp16
+>>> from mxnet import autograd, gluon
+>>> def make():
+...     net = gluon.nn.Dense(2, in_units=3)
+...     net.initialize(mx.init.Constant(0.5))
+...     net = mxfp16.cast_block(net, 'float16')
+...     return net, mxfp16.Trainer(net.collect_params(), 'sgd', {'learning_rate': 0.1},
+...                                dtype='float16')
+>>> net, trainer = make()
+>>> x = mx.nd.ones((4, 3))
+>>> with autograd.record():
+...     loss = net(x).sum()
+>>> trainer.backward(loss); trainer.step(4)   # True: updated
+True
+>>> prefix = os.path.join(tempfile.mkdtemp(), 'state')
+>>> name = mxfp16.save_training_state(prefix, 1, net, trainer, extra={'epoch': 0})
+>>> net2, trainer2 = make()   # a new process: build the same loop, then restore
+>>> state = mxfp16.load_training_state(prefix, net2, trainer2)
+>>> state.step, state.extra, (net2(x) == net(x)).min().asscalar()
+(1, {'epoch': 0}, 1.0)
+"""
+import glob
+import json
+import os
+import random
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["TrainingState", "save_training_state", "load_training_state",
+           "latest_training_state", "seed_step"]
+
+#: Written into every JSON file, checked when loading.
+STATE_FORMAT = "mxfp16-training-state"
+
+_STEP_SUFFIX = re.compile(r"^(?P<prefix>.+)-(?P<step>\d{8,})$")
+
+
+@dataclass
+class TrainingState:
+    """What :func:`load_training_state` restored besides the networks and Trainers.
+
+    Attributes
+    ----------
+    name : str
+        ``PREFIX-SSSSSSSS``.
+    step : int
+    extra : dict
+        The ``extra`` values given to :func:`save_training_state`.
+    """
+
+    name: str
+    step: int
+    extra: dict
+
+
+def _as_list(items):
+    return list(items) if isinstance(items, (list, tuple)) else [items]
+
+
+def _files(name, num_nets, num_trainers):
+    return ([f"{name}.net{i}.params" for i in range(num_nets)]
+            + [f"{name}.trainer{i}.states" for i in range(num_trainers)])
+
+
+def _write_atomically(path, write):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        write(tmp)
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return tmp
+
+
+def _write_json(path, record):
+    with open(path, "w") as out:
+        json.dump(record, out, indent=1, sort_keys=True)
+
+
+def _random_states():
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    python = random.getstate()
+    return {"python": [python[0], list(python[1]), python[2]],
+            "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+
+
+def _set_random_states(states):
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def save_training_state(prefix, step, nets, trainers, extra=None, keep=2):
+    """Save networks, Trainers, the step, ``extra`` and the random state as ``PREFIX-SSSSSSSS``.
+
+    Parameters
+    ----------
+    prefix : str
+        Path prefix, e.g. ``runs/gan/state``; its folder is created.
+    step : int
+        The steps done (resume continues with the next).
+    nets : Block or list of Block
+    trainers : gluon.Trainer or list of gluon.Trainer
+        :class:`mxfp16.Trainer` saves its loss scaler's state too.
+    extra : dict, optional
+        JSON-ready values to keep (epoch, batch, metrics, ...).
+    keep : int
+        The newest states to keep; older ones are deleted once this one is complete.
+
+    Returns
+    -------
+    str
+        The state's name, ``PREFIX-SSSSSSSS``.
+    """
+    nets, trainers = _as_list(nets), _as_list(trainers)
+    name = "%s-%08d" % (prefix, step)
+    folder = os.path.dirname(os.path.abspath(prefix))
+    os.makedirs(folder, exist_ok=True)
+    writers = [net.save_parameters for net in nets] + [t.save_states for t in trainers]
+    staged = []
+    try:
+        for path, write in zip(_files(name, len(nets), len(trainers)), writers):
+            staged.append((_write_atomically(path, write), path))
+        record = {"format": STATE_FORMAT, "step": step, "extra": extra or {},
+                  "nets": len(nets), "trainers": len(trainers), "random": _random_states(),
+                  "files": {os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged}}
+        staged.append((_write_atomically(f"{name}.json", lambda p: _write_json(p, record)),
+                       f"{name}.json"))
+    except BaseException:
+        for tmp, _ in staged:
+            os.remove(tmp)
+        raise
+    for tmp, final in staged:
+        os.replace(tmp, final)
+    _sync_folder(folder)
+    for old in _saved_names(prefix)[:-keep] if keep else []:
+        _remove(old)
+    return name
+
+
+def _sync_folder(folder):
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _saved_names(prefix):
+    """``PREFIX-SSSSSSSS`` of the states with a JSON file under ``prefix``, oldest first."""
+    names = []
+    for path in glob.glob(glob.escape(prefix) + "-*.json"):
+        match = _STEP_SUFFIX.match(path[:-len(".json")])
+        if match and match.group("prefix") == prefix:
+            names.append((int(match.group("step")), path[:-len(".json")]))
+    return [name for _, name in sorted(names)]
+
+
+def _remove(name):
+    for path in [f"{name}.json"] + glob.glob(glob.escape(name) + ".*"):
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def _problem(name):
+    """Why the state ``name`` is not complete, or None."""
+    try:
+        with open(f"{name}.json") as lines:
+            record = json.load(lines)
+    except (OSError, ValueError) as error:
+        return f"{name}.json cannot be read ({error})"
+    if not isinstance(record, dict) or record.get("format") != STATE_FORMAT:
+        return f"{name}.json is not an mxfp16 training state"
+    for base, size in record.get("files", {}).items():
+        path = os.path.join(os.path.dirname(name), base)
+        actual = os.path.getsize(path) if os.path.isfile(path) else None
+        if actual != size:
+            return f"{path} {'is missing' if actual is None else f'has {actual} bytes, not {size}'}"
+    return None
+
+
+def latest_training_state(prefix):
+    """The newest complete state under ``prefix`` (``PREFIX-SSSSSSSS``), or None if there is none.
+
+    A state whose files are missing or shorter than its JSON file records (a write cut short) is
+    passed over.
+    """
+    for name in reversed(_saved_names(prefix)):
+        if _problem(name) is None:
+            return name
+    return None
+
+
+def load_training_state(name_or_prefix, nets, trainers):
+    """Restore networks, Trainers and the random state from a state; return what else it holds.
+
+    Parameters
+    ----------
+    name_or_prefix : str
+        ``PREFIX-SSSSSSSS``, or ``PREFIX`` for its newest complete state.
+    nets, trainers
+        The same networks and Trainers, in the same order, as given to
+        :func:`save_training_state`, built as before (same code, same dtype).
+
+    Returns
+    -------
+    TrainingState
+
+    Raises
+    ------
+    ValueError
+        No (complete) state, another number of networks or Trainers, or parameters that do not
+        fit, each naming the file and the fix.
+    """
+    nets, trainers = _as_list(nets), _as_list(trainers)
+    name = name_or_prefix
+    if not os.path.isfile(f"{name}.json"):
+        name = latest_training_state(name_or_prefix)
+        if name is None:
+            raise ValueError(f"no complete training state {name_or_prefix!r}: expected "
+                             f"{name_or_prefix}.json or {name_or_prefix}-SSSSSSSS.json; pass the "
+                             "prefix given to save_training_state")
+    problem = _problem(name)
+    if problem:
+        raise ValueError(f"training state {name!r} is incomplete: {problem}; load another one "
+                         f"(latest_training_state finds the newest complete one)")
+    with open(f"{name}.json") as lines:
+        record = json.load(lines)
+    if (record["nets"], record["trainers"]) != (len(nets), len(trainers)):
+        raise ValueError(f"training state {name!r} holds {record['nets']} network(s) and "
+                         f"{record['trainers']} Trainer(s), not {len(nets)} and {len(trainers)}: "
+                         "pass the networks and Trainers that were saved, in the same order")
+    files = _files(name, len(nets), len(trainers))
+    for net, path in zip(nets, files):
+        try:
+            net.load_parameters(path)
+        except (ValueError, AssertionError) as error:
+            raise ValueError(f"{path} does not fit the network: {' '.join(str(error).split())}; "
+                             "build the network as when it was saved") from None
+    for trainer, path in zip(trainers, files[len(nets):]):
+        trainer.load_states(path)
+    _set_random_states(record["random"])
+    return TrainingState(name, record["step"], record["extra"])
+
+
+def seed_step(seed, step):
+    """Reseed Python's, numpy's and MXNet's random generators for step ``step`` of a run seeded
+    ``seed``: call it first in every step, and a resumed loop draws (dropout masks, shuffles) what
+    the uninterrupted one drew.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> seed_step(0, 5); a = mx.nd.random.uniform(shape=3)
+    >>> seed_step(0, 5); b = mx.nd.random.uniform(shape=3)
+    >>> (a == b).min().asscalar()
+    1.0
+    """
+    import mxnet as mx
+    value = int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
+    random.seed(value)
+    np.random.seed(value)
+    mx.random.seed(value)
