@@ -132,6 +132,7 @@ def summarize(runs, config):
             mine = [r for r in runs if r["mode"] == mode and r["log2_factor"] == log2_factor]
             ppl, ppl_std = mean_std(r["val_perplexity"] for r in mine)
             rows.append({"log2_factor": log2_factor, "mode": mode, "seeds": len(mine),
+                         "val_perplexities": [r["val_perplexity"] for r in mine],
                          "val_perplexity_mean": ppl, "val_perplexity_std": ppl_std,
                          "zero_grad_fraction": mean_std(r["zero_grad_fraction"] for r in mine)[0],
                          "skipped_steps_mean": mean_std(r["skipped_steps"] for r in mine)[0],
@@ -140,10 +141,12 @@ def summarize(runs, config):
 
 
 def markdown(summary, vocab_size):
-    header = ["loss factor", "mode", "validation perplexity (mean ± std)", "zero weight grads %",
-              "skipped steps", "final loss scale (seed 0)"]
+    header = ["loss factor", "mode", "validation perplexity per seed",
+              "validation perplexity (mean ± std)", "zero weight grads %", "skipped steps",
+              "final loss scale (seed 0)"]
     rows = [[f"2^{row['log2_factor']}", row["mode"],
-             f"{row['val_perplexity_mean']:.3f} ± {row['val_perplexity_std']:.3f}",
+             ", ".join(f"{value:.4g}" for value in row["val_perplexities"]),
+             f"{row['val_perplexity_mean']:.4g} ± {row['val_perplexity_std']:.2g}",
              f"{100 * row['zero_grad_fraction']:.1f}", f"{row['skipped_steps_mean']:g}",
              f"{row['final_loss_scale']:g}"] for row in summary]
     return (f"Vocabulary {vocab_size} characters: an untrained model's perplexity is about "

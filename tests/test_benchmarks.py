@@ -179,8 +179,9 @@ def test_sequence_parity_quick(load_benchmark, tmp_path):
     digits = [run for run in record["runs"] if run["task"] == "digits"]
     assert all(0.0 <= run["test_accuracy"] <= 1.0 for run in digits)
     charlm = [run for run in record["runs"] if run["task"] == "charlm"]
-    # quick mode's 4000 characters hold 72 distinct ones: a perplexity between 1 and 72 (padded to 72)
-    assert all(1.0 < run["val_perplexity"] < 72 for run in charlm)
+    # quick mode's 4000 characters hold 55 distinct ones (vocabulary padded to 56): one epoch takes
+    # the perplexity below the 56 of a uniform guess
+    assert all(1.0 < run["val_perplexity"] < 56 for run in charlm)
 
 
 def test_lm_loss_scaling_quick_shows_underflow(load_benchmark, tmp_path):
