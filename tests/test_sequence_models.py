@@ -9,6 +9,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 import mxfp16
+from mxfp16 import mxnet_internals
 from mxfp16.graph import internal_dtypes
 
 nlp = pytest.importorskip("gluonnlp")
@@ -329,3 +330,19 @@ def test_rnn_gradient_clipping_measures_the_unscaled_norm():
                           for p in params)) / 2 ** 12
     assert clipped == pytest.approx(0.1, rel=2e-2)  # float16 gradients: 2**-11 per element
     assert trainer.step(4)
+
+
+def test_bert_gpu_graph_runs_its_gemms_in_float16():
+    bert = tiny_bert(use_classifier=True)
+    bert.initialize(mx.init.Normal(0.02))
+    gpu = mxfp16.cast_block(bert, "float16", emulate=False)
+    tokens, types, valid = bert_batch()
+    (inference, _), positions, _ = gpu._new_variant([tokens, types, valid])  # the 3-input call
+    inputs, graph = mxnet_internals.symbol_block_graph(inference)
+    names = [symbol.name for symbol in inputs]
+    dtypes = internal_dtypes(graph, names)
+    dense = [name for name in bert.collect_params() if name.endswith("weight")
+             and "layernorm" not in name and name in dtypes]
+    assert dense and all(dtypes[name] == "float16" for name in dense), dtypes
+    _, out_types, _ = graph.infer_type(**{name: np.float32 for name in names})
+    assert positions == [0, 1, 2] and all(t == np.float32 for t in out_types)
