@@ -201,7 +201,7 @@ def test_sigterm_to_the_launcher_stops_every_worker_at_one_step_then_the_job_res
 
 def test_a_killed_worker_ends_the_job_with_one_line_and_it_resumes_from_save_steps(tmp_path):
     prefix = str(tmp_path / "run" / "r")
-    args = DIST + ["--model-prefix", prefix, "--save-steps", "2"]
+    args = DIST + ["--api", "module", "--model-prefix", prefix, "--save-steps", "2"]
     job = subprocess.Popen(launch_command(tmp_path / "logs", args), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     wait_for_log(job, tmp_path / "logs", "Epoch[0] Batch[5]")

@@ -216,8 +216,9 @@ class Checkpointer:
             self.stopped(epoch, batch, name)
 
 
-#: The kvstore key of the stop vote of a ``dist_sync`` job (the Trainer's keys count from 0).
-STOP_VOTE_KEY = 2 ** 30
+#: The kvstore key of the stop vote of a ``dist_sync`` job: an int beside a Trainer's keys (which
+#: count from 0), a name beside a Module's (parameter names); a kvstore takes one kind only.
+STOP_VOTE_KEYS = (2 ** 30, "mxfp16_stop_vote")
 
 
 def stop_vote(kvstore, num_workers):
@@ -231,10 +232,15 @@ def stop_vote(kvstore, num_workers):
         return None
     if hasattr(kvstore, "allreduce_values"):  # mxfp16.horovod.Horovod
         return lambda flag: bool(kvstore.allreduce_values("stop", [float(flag)])[0] > 0)
-    kvstore.init(STOP_VOTE_KEY, mx.nd.zeros(1))
+    for key in STOP_VOTE_KEYS:
+        try:
+            kvstore.init(key, mx.nd.zeros(1))
+            break
+        except mx.base.MXNetError:  # "Mixed key types are not allowed": the other kind
+            continue
     total = mx.nd.zeros(1)
 
     def vote(flag):
-        kvstore.pushpull(STOP_VOTE_KEY, mx.nd.array([float(flag)]), out=total)
+        kvstore.pushpull(key, mx.nd.array([float(flag)]), out=total)
         return bool(total.asscalar() > 0)
     return vote
