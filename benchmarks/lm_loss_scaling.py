@@ -1,10 +1,10 @@
 """The bigLSTM effect: an LSTM language model whose gradients underflow in float16 unless the loss is
 scaled.
 
-Micikevicius et al. 2018 ("Mixed Precision Training", ICLR) trained bigLSTM (a word-level language
-model, vocabulary 800k) to float32's perplexity only with a loss scale of 128: without it, most
-activation gradients were below float16's smallest subnormal, 2**-24, and became zero.  This is the
-language-model counterpart of ``loss_scaling_matters.py``, on real text.
+Micikevicius et al. 2018 ("Mixed Precision Training", ICLR) needed a loss scale of 128 for bigLSTM
+(a word-level language model, vocabulary 800k) to match float32's perplexity: without one,
+gradients below float16's smallest subnormal, 2**-24, become zero.  This is the language-model
+counterpart of ``loss_scaling_matters.py``, on real text.
 
 How the regime is produced (honestly: by hand).  A character-level LSTM language model (the corpus
 and model of ``sequence_parity.py``: the docstrings of Python's standard library, 96 characters)

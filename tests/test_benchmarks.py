@@ -204,9 +204,10 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     rows = record["results"]
     dtypes = ["float32", "float16", "bfloat16"]
     assert [(row["model"], row["dtype"]) for row in rows] == (
-        [("lstm_lm", dtype) for dtype in dtypes + [module.RNN_LAYER, module.UNROLLED_LAYER]]
+        [("lstm_lm", dtype) for dtype in dtypes + [module.RNN_LAYER, module.UNROLLED_LAYER,
+                                                   module.UNROLLED_LM]]
         + [("transformer", dtype) for dtype in dtypes])
-    assert len(table_rows(markdown)) == 8 + 1 + 2  # speed rows, then the casts table with its header
+    assert len(table_rows(markdown)) == 9 + 1 + 2  # speed rows, then the casts table with its header
     for row in rows:
         assert len(row["step_times_s"]) == 2 and all(t > 0 for t in row["step_times_s"])
         if row["dtype"] == "float32":
@@ -222,6 +223,7 @@ def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     assert bound["bfloat16_rnn_error"].endswith("Unknown type enum 12")
     assert 0 < bound["rnn_share_of_float32_step"] and bound["bound_rest_free"] > 1
     assert bound["unrolled_bfloat16_over_fused_float32"] > 0
+    assert bound["unrolled_lm_bfloat16_speedup"] > 0
 
 
 def test_rnn_emulation_error_quick_stays_within_float16_resolution(load_benchmark, tmp_path):
