@@ -115,5 +115,7 @@ def call_structure(args):
 
 
 def is_plain_call(args, count):
-    """Whether a call passes exactly ``count`` NDArrays, nothing nested, no None."""
-    return len(args) == count and all(isinstance(arg, mx.nd.NDArray) for arg in args)
+    """Whether a call passes exactly ``count`` NDArrays (or Symbols, for a symbolic call), nothing
+    nested, no None."""
+    return len(args) == count and all(isinstance(arg, (mx.nd.NDArray, mx.sym.Symbol))
+                                      for arg in args)
