@@ -54,6 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .atomic_files import StagedFiles
+
 __all__ = ["TrainingState", "save_training_state", "load_training_state",
            "latest_training_state", "seed_step"]
 
@@ -88,19 +90,6 @@ def _as_list(items):
 def _files(name, num_nets, num_trainers):
     return ([f"{name}.net{i}.params" for i in range(num_nets)]
             + [f"{name}.trainer{i}.states" for i in range(num_trainers)])
-
-
-def _write_atomically(path, write):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        write(tmp)
-        with open(tmp, "rb") as written:
-            os.fsync(written.fileno())
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return tmp
 
 
 def _write_json(path, record):
@@ -146,41 +135,17 @@ def save_training_state(prefix, step, nets, trainers, extra=None, keep=2):
     """
     nets, trainers = _as_list(nets), _as_list(trainers)
     name = "%s-%08d" % (prefix, step)
-    folder = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(folder, exist_ok=True)
     writers = [net.save_parameters for net in nets] + [t.save_states for t in trainers]
-    staged = []
-    try:
+    with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
         for path, write in zip(_files(name, len(nets), len(trainers)), writers):
-            staged.append((_write_atomically(path, write), path))
+            files.write(path, write)
         record = {"format": STATE_FORMAT, "step": step, "extra": extra or {},
                   "nets": len(nets), "trainers": len(trainers), "random": _random_states(),
-                  "files": {os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged}}
-        staged.append((_write_atomically(f"{name}.json", lambda p: _write_json(p, record)),
-                       f"{name}.json"))
-    except BaseException:
-        for tmp, _ in staged:
-            os.remove(tmp)
-        raise
-    for tmp, final in staged:
-        os.replace(tmp, final)
-    _sync_folder(folder)
+                  "files": files.sizes()}
+        files.write(f"{name}.json", lambda p: _write_json(p, record))
     for old in _saved_names(prefix)[:-keep] if keep else []:
         _remove(old)
     return name
-
-
-def _sync_folder(folder):
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
 
 
 def _saved_names(prefix):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
+from ..atomic_files import StagedFiles
 from ..models import Network
 
 #: Written into every JSON file, checked when loading.
@@ -126,34 +127,6 @@ class Checkpoint:
         return checkpoint_name(self.prefix, self.epoch, self.batch)
 
 
-def _staged(path, write):
-    """Write ``path`` through ``write(tmp_path)`` into a temporary file; return the temporary path."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        write(tmp)
-        with open(tmp, "rb") as written:  # on the disk before the rename makes it count
-            os.fsync(written.fileno())
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return tmp
-
-
-def _sync_folder(folder):
-    """Flush a folder's entries (the renames) to disk; a no-op where folders cannot be opened."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
-
-
 def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device_aux=None,
                     **meta):
     """Save a checkpoint atomically (see the module notes).
@@ -185,31 +158,18 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
     CheckpointPaths
     """
     paths = checkpoint_paths(prefix, epoch, batch)
-    folder = os.path.dirname(os.path.abspath(prefix))
-    os.makedirs(folder, exist_ok=True)
     params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
-    staged = []
-    try:
-        staged.append((_staged(paths.symbol, lambda p: network.symbol.save(
-            p, remove_amp_cast=False)), paths.symbol))
-        staged.append((_staged(paths.params, lambda p: mx.nd.save(p, params)), paths.params))
-        staged.append((_staged(paths.states, save_states), paths.states))
+    with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
+        files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False))
+        files.write(paths.params, lambda p: mx.nd.save(p, params))
+        files.write(paths.states, save_states)
         if device_aux:
-            staged.append((_staged(paths.devices, lambda p: mx.nd.save(p, device_aux)),
-                           paths.devices))
+            files.write(paths.devices, lambda p: mx.nd.save(p, device_aux))
         record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
-                      batch=batch,
-                      files={os.path.basename(final): os.path.getsize(tmp) for tmp, final in staged},
+                      batch=batch, files=files.sizes(),
                       **{scaler.state_dict_key: scaler.state_dict()})
-        staged.append((_staged(paths.meta, lambda p: _write_json(p, record)), paths.meta))
-    except BaseException:
-        for tmp, _ in staged:
-            os.remove(tmp)
-        raise
-    for tmp, final in staged:
-        os.replace(tmp, final)
-    _sync_folder(folder)
+        files.write(paths.meta, lambda p: _write_json(p, record))
     return paths
 
 
