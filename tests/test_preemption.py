@@ -339,3 +339,16 @@ def test_a_signal_during_an_epoch_checkpoint_stops_right_after_it(train_imagenet
     assert train_imagenet(QUICK + ["--model-prefix", prefix]) == 143
     assert checkpoint.saved_positions(prefix) == [(1, 0)]  # written in full, nothing after it
     assert "stopped by SIGTERM at the end of epoch 0: saved checkpoint " in capsys.readouterr().out
+
+
+def test_mixup_and_label_smoothing_resume_with_the_same_draws(train_imagenet, image_folder,
+                                                              tmp_path, monkeypatch):
+    args = COMMON + data_flags("folder", image_folder) + ["--mixup", "--label-smoothing", "0.1"]
+    full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
+    assert train_imagenet(args + ["--model-prefix", full]) == 0
+    signal_at_batch(monkeypatch, 6, epoch=1)
+    assert train_imagenet(args + ["--model-prefix", part]) == 143
+    monkeypatch.undo()
+    assert checkpoint.saved_positions(part)[-1] == (1, 6)
+    assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
+    assert_identical(final_weights(full), final_weights(part))
