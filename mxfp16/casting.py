@@ -286,12 +286,30 @@ def _block_graphs(block):
     return [s.name for s in inputs], outputs, None
 
 
+class _Float32Init(mx.init.Initializer):
+    """Draws a parameter's initial value in float32 and rounds it to the parameter's dtype, so
+    that a float16 network initialized from a seed starts from float32's weights rounded."""
+
+    def __init__(self, initializer):
+        super().__init__()
+        self._initializer = mx.init.create(initializer)
+
+    def __call__(self, desc, arr):
+        value = mx.nd.zeros(arr.shape, ctx=arr.context, dtype="float32")
+        self._initializer(desc, value)
+        arr[:] = value.astype(arr.dtype)
+
+
 def _cast_parameters(params, graphs, data_names):
-    """Cast each parameter in place to the dtype the cast graphs give it."""
+    """Cast each parameter in place to the dtype the cast graphs give it.  A parameter still
+    waiting for its shape (deferred initialization) is initialized in float32 and then rounded:
+    drawn in float16, a uniform or normal initializer gives other values than float32 from the same
+    seed."""
     for sym in graphs:
         types = internal_dtypes(sym, data_names)
         for name, param in params.items():
             if name in types and np.dtype(param.dtype) != np.dtype(types[name]):
+                mxnet_internals.wrap_deferred_initializer(param, _Float32Init)
                 param.cast(np.dtype(types[name]).type)
 
 

@@ -215,3 +215,13 @@ def replace_child(block, name, child):
     block._children[name] = child
     if name in vars(block):
         object.__setattr__(block, name, child)
+
+
+def wrap_deferred_initializer(param, wrap):
+    """Replace the initializer a Parameter waiting for its shape will run by ``wrap(initializer)``
+    (``param._deferred_init``, ``(init, ctx, default_init, data)``); False when it is not waiting."""
+    if not param._deferred_init:
+        return False
+    init, ctx, default_init, data = param._deferred_init
+    param._deferred_init = (init, ctx, wrap(default_init), data)
+    return True

@@ -491,3 +491,17 @@ def test_overflowing_outputs_warn_once_in_inference_and_never_in_training():
         net16(x)
     assert [str(w.message).count("65504") for w in caught] == [1]
     assert caught[0].category is RuntimeWarning
+
+
+def test_deferred_parameters_start_from_float32s_values_rounded():
+    values = {}
+    for dtype in ("float32", "float16"):
+        net = nn.Dense(64)  # its weight's shape waits for the first input
+        mx.random.seed(3)
+        net.initialize(mx.init.Xavier())
+        cast = mxfp16.cast_block(net, dtype)
+        cast(mx.nd.ones((2, 32)))
+        values[dtype] = net.weight.data()
+    assert values["float16"].dtype == np.float16
+    np.testing.assert_array_equal(values["float16"].asnumpy(),
+                                  values["float32"].asnumpy().astype(np.float16))

@@ -306,15 +306,21 @@ def test_nmt_model_casts_part_by_part_and_trains(dtype):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
-def test_rnn_gradient_clipping_measures_the_unscaled_norm():
+def global_norm(params, divisor=1.0):
+    return np.sqrt(sum(float((p.grad().astype("float32") ** 2).sum().asscalar())
+                       for p in params)) / divisor
+
+
+def clipped_language_model_step(dtype, max_norm):
+    """One backward of a 2-layer LSTM language model (the same initial weights and batch in every
+    dtype), then ``clip_global_norm(max_norm)``: (the norm it returns, the unscaled norm measured
+    before and after clipping).  float16 scales the loss by 2**12."""
     net = language_model("standard")
     mx.random.seed(6)
     net.initialize(mx.init.Xavier())
-    reference = language_model("standard")
-    reference.initialize(mx.init.Xavier())
-    cast = mxfp16.cast_block(net, "float16")
-    trainer = mxfp16.Trainer(cast.collect_params(), "sgd", {"learning_rate": 0.1},
-                             dtype="float16", loss_scale=2.0 ** 12)
+    cast = mxfp16.cast_block(net, dtype)
+    trainer = mxfp16.Trainer(cast.collect_params(), "sgd", {"learning_rate": 0.1}, dtype=dtype,
+                             loss_scale=2.0 ** 12 if dtype == "float16" else None)
     tokens = mx.nd.array(np.random.RandomState(4).randint(0, 50, (8, 4)))
     target = mx.nd.array(np.random.RandomState(5).randint(0, 50, (8, 4)))
     with autograd.record():
@@ -322,14 +328,28 @@ def test_rnn_gradient_clipping_measures_the_unscaled_norm():
         loss = gluon.loss.SoftmaxCrossEntropyLoss()(scores, target)
     trainer.backward(loss)
     params = [p for p in cast.collect_params().values() if p.grad_req != "null"]
-    scaled = np.sqrt(sum(float((p.grad().astype("float32") ** 2).sum().asscalar())
-                         for p in params))
-    norm = trainer.clip_global_norm(0.1)
-    assert norm == pytest.approx(scaled / 2 ** 12, rel=1e-3)  # the unscaled norm
-    clipped = np.sqrt(sum(float((p.grad().astype("float32") ** 2).sum().asscalar())
-                          for p in params)) / 2 ** 12
-    assert clipped == pytest.approx(0.1, rel=2e-2)  # float16 gradients: 2**-11 per element
+    scale = trainer.scaler.loss_scale
+    before = global_norm(params, scale)
+    norm = trainer.clip_global_norm(max_norm)
+    after = global_norm(params, scale)
     assert trainer.step(4)
+    return norm, before, after
+
+
+@pytest.mark.parametrize("ratio", [0.5, 2.0])  # max_norm below the float32 norm, and above it
+def test_rnn_gradient_clipping_measures_the_unscaled_norm_as_float32_does(ratio):
+    norm32, _, _ = clipped_language_model_step("float32", 1e9)
+    max_norm = ratio * norm32
+    norm32, before32, after32 = clipped_language_model_step("float32", max_norm)
+    norm16, before16, after16 = clipped_language_model_step("float16", max_norm)
+    assert norm16 == pytest.approx(before16, rel=1e-4)  # the unscaled norm, not 2**12 times it
+    assert norm16 == pytest.approx(norm32, rel=2e-3)  # float16 emulation of the same step
+    assert (norm16 > max_norm) == (norm32 > max_norm) == (ratio < 1)  # the same decision
+    if ratio < 1:
+        assert after32 == pytest.approx(max_norm, rel=1e-5)
+        assert after16 == pytest.approx(max_norm, rel=2e-3)  # float16 gradients, 2**-11 each
+    else:
+        assert (after32, after16) == (before32, before16)  # nothing clipped
 
 
 def test_bert_gpu_graph_runs_its_gemms_in_float16():
