@@ -1,19 +1,25 @@
 """How far mxfp16's CPU emulation of a float16 LSTM is from what a GPU computes, and from float32.
 
-On a GPU, MXNet 1.9.1's float16 ``RNN`` op runs cuDNN with float16 data: inputs, weights, outputs
-and the hidden and cell states between time steps are stored in float16, while the gate GEMMs
-accumulate in float32 (Tensor Cores; the op asks cuDNN for float32 math precision) and the gate
-nonlinearities run in float32.  MXNet's CPU ``RNN`` op has no float16 kernel, so mxfp16 emulates the
-fused op at its boundary: inputs, weights, begin states, outputs and final states are rounded to
-float16, and the recurrence in between runs in float32, hidden and cell state included.
+On a GPU, MXNet 1.9.1's float16 ``RNN`` op calls cuDNN with float16 data (inputs, weights, outputs,
+begin and final states) and float32 math precision, cuDNN's "pseudo-half" configuration (MXNet
+passes CUDNN_DATA_FLOAT as the RNN descriptor's mathPrec for float16 data with cuDNN 7.5 or later,
+apache/mxnet#16670): the gate GEMMs accumulate in float32 and the gate nonlinearities run in
+float32, while each step's output h is written to the float16 output tensor, which the next layer
+reads (and, as far as cuDNN's documentation tells, the next step's recurrent GEMM).  Where cuDNN
+keeps the cell state c between steps is not documented; the reference below rounds it to float16
+(the worse case).  MXNet's CPU ``RNN`` op has no float16 kernel, so mxfp16 emulates
+the fused op at its boundary: inputs, weights, begin states, outputs and final states are rounded
+to float16, and the recurrence in between runs in float32, hidden and cell state included.
 
-This benchmark measures what that leaves out.  For a 2-layer LSTM it compares, against float32:
+This benchmark measures what that leaves out.  For a multi-layer LSTM it compares, against float32:
 
 * ``emulated``: ``mxfp16.cast_block(lstm, 'float16')`` on the CPU (mxfp16's emulation);
-* ``per-step``: a reference computed here in numpy that also rounds each time step's hidden and
-  cell state to float16 (what cuDNN stores between steps), with float32 gate arithmetic;
+* ``per-step``: the same weights as ``gluon.rnn.LSTMCell``s unrolled step by step, with float16
+  inputs and weights, and each step's hidden and cell state rounded to float16, gates in float32;
+* ``unrolled, no rounding``: those cells in float32, to show the reference is the fused layer;
 
-and reports the relative error of the outputs and final states of each, and between the two.
+and reports the relative error of the outputs and final states of each, and between the emulation
+and the per-step reference.
 
 Outputs in --out-dir: rnn_emulation_error.md and .json.
 
@@ -59,33 +65,45 @@ def make_config(args):
     return args
 
 
-def f16(array):
-    return np.asarray(array, dtype=np.float32).astype(np.float16).astype(np.float32)
+def round_f16(array):
+    """Round an NDArray to float16 and back to float32."""
+    return array.astype("float16").astype("float32")
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+def unrolled_cells(layer, layers, hidden):
+    """One ``gluon.rnn.LSTMCell`` per layer of the fused ``layer``, with its weights."""
+    params = {name[len(layer.prefix):]: p.data() for name, p in layer.collect_params().items()}
+    cells = []
+    for index in range(layers):
+        cell = rnn.LSTMCell(hidden, input_size=hidden)
+        cell.initialize()
+        for name, param in cell.collect_params().items():
+            param.set_data(params[f"l{index}_{name[len(cell.prefix):]}"])
+        cells.append(cell)
+    return cells
 
 
-def per_step_reference(x, params, layers, hidden):
-    """The LSTM with float16 inputs, weights and per-step states, float32 gate arithmetic."""
-    seq = f16(x)
-    states = []
-    for layer in range(layers):
-        w_x, w_h = f16(params[f"l{layer}_i2h_weight"]), f16(params[f"l{layer}_h2h_weight"])
-        bias = f16(params[f"l{layer}_i2h_bias"]) + f16(params[f"l{layer}_h2h_bias"])
-        h = np.zeros((seq.shape[1], hidden), np.float32)
-        c = np.zeros_like(h)
+def run_unrolled(cells, x, per_step_rounding):
+    """The LSTM step by step; with ``per_step_rounding`` the inputs and weights are float16 values
+    and each step's hidden and cell state are rounded to float16 (what cuDNN stores between steps),
+    while the gates are computed in float32 (float32 accumulation, float32 nonlinearities)."""
+    keep = round_f16 if per_step_rounding else (lambda array: array)
+    seq = [keep(x[step]) for step in range(x.shape[0])]
+    finals = []
+    for cell in cells:
+        if per_step_rounding:
+            for param in cell.collect_params().values():
+                param.set_data(round_f16(param.data()))
+        h = c = mx.nd.zeros((x.shape[1], cell._hidden_size))
         outputs = []
-        for step in range(seq.shape[0]):
-            gates = seq[step] @ w_x.T + h @ w_h.T + bias  # float32 accumulation
-            i, f, g, o = np.split(gates, 4, axis=1)  # MXNet's gate order: in, forget, cell, out
-            c = f16(sigmoid(f) * c + sigmoid(i) * np.tanh(g))
-            h = f16(sigmoid(o) * np.tanh(c))
+        for step_input in seq:
+            _, (h, c) = cell(step_input, [h, c])
+            h, c = keep(h), keep(c)
             outputs.append(h)
-        seq = np.stack(outputs)
-        states.append((h, c))
-    return seq, np.stack([h for h, _ in states]), np.stack([c for _, c in states])
+        seq = outputs
+        finals.append((h, c))
+    return (mx.nd.stack(*seq).asnumpy(), mx.nd.stack(*[h for h, _ in finals]).asnumpy(),
+            mx.nd.stack(*[c for _, c in finals]).asnumpy())
 
 
 def relative(a, b):
@@ -93,6 +111,11 @@ def relative(a, b):
     scale = float(np.abs(b).max()) or 1.0
     diff = np.abs(np.asarray(a) - np.asarray(b))
     return float(diff.max()) / scale, float(diff.mean()) / scale
+
+
+#: The computations compared with float32, and the pair compared with each other.
+COMPARED = ("emulated", "per-step", "unrolled, no rounding")
+PAIR = "emulated vs per-step"
 
 
 def one_seed(config, seed):
@@ -103,21 +126,20 @@ def one_seed(config, seed):
     x = mx.nd.array(rng.uniform(-1, 1, (config.seq_len, config.batch_size, config.hidden)))
     begin = layer.begin_state(config.batch_size)
     out32, (h32, c32) = layer(x, begin)
-    params = {name[len(layer.prefix):]: p.data().asnumpy()
-              for name, p in layer.collect_params().items()}
-    ref_out, ref_h, ref_c = per_step_reference(x.asnumpy(), params, config.layers, config.hidden)
-    emulated = mxfp16.cast_block(layer, "float16")
-    out16, (h16, c16) = emulated(x, begin)
-    rows = {}
-    for label, (out, h, c) in (("emulated", (out16, h16, c16)),
-                               ("per-step", (ref_out, ref_h, ref_c))):
-        out, h, c = (a.asnumpy() if isinstance(a, mx.nd.NDArray) else a for a in (out, h, c))
-        rows[label] = {"output": relative(out, out32.asnumpy()), "h": relative(h, h32.asnumpy()),
-                       "c": relative(c, c32.asnumpy())}
-    rows["emulated vs per-step"] = {"output": relative(out16.asnumpy(), ref_out),
-                                    "h": relative(h16.asnumpy(), ref_h),
-                                    "c": relative(c16.asnumpy(), ref_c)}
+    float32 = (out32.asnumpy(), h32.asnumpy(), c32.asnumpy())
+    # the unrolled cells copy float32's weights before the cast rounds the layer's in place
+    plain = run_unrolled(unrolled_cells(layer, config.layers, config.hidden), x, False)
+    per_step = run_unrolled(unrolled_cells(layer, config.layers, config.hidden), x, True)
+    out16, (h16, c16) = mxfp16.cast_block(layer, "float16")(x, begin)
+    emulated = (out16.asnumpy(), h16.asnumpy(), c16.asnumpy())
+    results = dict(zip(COMPARED, (emulated, per_step, plain)))
+    rows = {label: compare(result, float32) for label, result in results.items()}
+    rows[PAIR] = compare(emulated, per_step)
     return rows
+
+
+def compare(result, reference):
+    return {part: relative(a, b) for part, a, b in zip(("output", "h", "c"), result, reference)}
 
 
 def main(argv=None):
@@ -131,7 +153,7 @@ def main(argv=None):
               "seq_len": config.seq_len, "batch_size": config.batch_size,
               "seeds": {str(seed): rows for seed, rows in seeds.items()}}
     rows = []
-    for label in ("emulated", "per-step", "emulated vs per-step"):
+    for label in COMPARED + (PAIR,):
         for part in ("output", "h", "c"):
             worst = max(seeds[s][label][part][0] for s in seeds)
             mean = statistics.mean(seeds[s][label][part][1] for s in seeds)
