@@ -352,3 +352,28 @@ def test_mixup_and_label_smoothing_resume_with_the_same_draws(train_imagenet, im
     assert checkpoint.saved_positions(part)[-1] == (1, 6)
     assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
     assert_identical(final_weights(full), final_weights(part))
+
+
+def test_sigterm_to_a_horovod_job_stops_both_ranks_at_one_step_then_it_resumes(tmp_path):
+    pytest.importorskip("horovod.mxnet", reason="Horovod is not installed (README's test command)")
+    prefix = str(tmp_path / "run" / "r")
+    command = [sys.executable, LAUNCH, "--launcher", "horovod", "-n", "2", "--timeout",
+               str(JOB_TIMEOUT), "--", sys.executable,
+               os.path.join(SCRIPTS_DIR, "train_imagenet.py"), *with_flag(DIST, "--kv-store",
+                                                                        "horovod"),
+               "--model-prefix", prefix]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in job.stdout:  # horovodrun passes rank 0's log lines through
+        if "Epoch[1] Batch[3]" in line:
+            job.send_signal(signal.SIGTERM)
+            break
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    assert job.returncode == 143, output
+    log_text = open(tmp_path / "run" / "train.log").read()
+    stopped = [line for line in log_text.splitlines() if "stopped by SIGTERM" in line]
+    (epoch, batch), = [p for p in checkpoint.saved_positions(prefix) if p[1]]
+    assert len(stopped) == 1 and f"{prefix}-0001+{batch:06d}" in stopped[0] and batch >= 3
+    resumed = subprocess.run(command + ["--resume", prefix], capture_output=True, text=True,
+                             timeout=JOB_TIMEOUT + 30)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0)]

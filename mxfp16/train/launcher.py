@@ -313,12 +313,15 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
                 log.error("Ctrl-C: passing it to the workers, which save and stop (again to stop "
                           "at once)")
                 code = _stop_workers_first(running, signal.SIGINT)
-                return 130 if code is None else code or 130
+                # horovodrun reports its ranks' 130 as its own failure (1): the ranks' code counts
+                return 130 if code is None or launcher == "horovod" else code or 130
             except SystemExit as stop:
                 if stop.code != 128 + signal.SIGTERM:
                     raise
                 code = _stop_workers_first(running, signal.SIGTERM)
-                raise SystemExit(stop.code if code is None else code or stop.code) from None
+                if code is None or launcher == "horovod":
+                    raise SystemExit(stop.code) from None
+                raise SystemExit(code or stop.code) from None
             if code == 0:
                 _wait_servers(running, deadline)
             return code
