@@ -383,7 +383,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     ----------
     block : gluon.HybridBlock or gluon.Block
         Any hybridizable network (model-zoo networks, ``SymbolBlock.imports`` of a checkpoint),
-        initialized or not, hybridized or not, its parameters loaded or not.  A ``gluon.Block``
+        initialized or not, hybridized or not, its parameters loaded or not.  Initialized before
+        the cast (shapes known or deferred), a float16 parameter starts from the float32 values
+        of the same seed, rounded; initialized after it, its values are drawn in float16.  A ``gluon.Block``
         that is not hybridizable but is made of HybridBlocks (GluonNLP's ``NMTModel``) has those
         cast in place and is returned itself: its own Python code between them runs on their
         float32 outputs, and the cast parts keep the methods of the originals.
