@@ -8,9 +8,9 @@ setup(
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["mxfp16", "mxfp16.*"]),
-    # The fused float16-rounding operator is compiled on first use (see mxfp16/fastround.py for why
+    # The fused float16-rounding operator is compiled on first use (see mxfp16/casting/fastround.py for why
     # not here), so its C++ source ships with the package.
-    package_data={"mxfp16": ["csrc/*.cc"]},
+    package_data={"mxfp16": ["casting/csrc/*.cc"]},
     python_requires=">=3.7",
     install_requires=[
         # MXNet 1.9.1 fails to import with numpy >= 1.24; other packages would pull numpy 2.

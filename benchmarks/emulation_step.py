@@ -13,7 +13,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxfp16
-import mxfp16.fastround
+import mxfp16.casting.fastround
 from mxfp16.models import get_network
 
 
@@ -64,7 +64,7 @@ def main():
     print(json.dumps({"network": args.network, "batch_size": args.batch_size,
                       "image_size": args.image_size, "machine": platform.machine(),
                       "cores": os.cpu_count(), "mxnet": mx.__version__,
-                      "fused_rounding": mxfp16.fastround.wanted() and mxfp16.fastround.load(),
+                      "fused_rounding": mxfp16.casting.fastround.wanted() and mxfp16.casting.fastround.load(),
                       "float16_over_float32": round(results["float16"] / results["float32"], 3)}))
 
 

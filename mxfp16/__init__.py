@@ -29,10 +29,7 @@ from .mxnet_import import import_core
 # still run to diagnose that; a user gets import_core's clear error instead of MXNet's traceback.
 # Module -> the public names it defines, as ``from .<module> import <names>`` did here.
 _EXPORTS = {
-    "casting": ("cast_block", "cast_symbol"),
-    "checkpoint_cast": ("cast_params",),
-    "dtypes": ("SUPPORTED_DTYPES",),
-    "emulation": ("resolve_emulate",),
+    "casting": ("cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate"),
     "loss_scaling": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
                      "make_loss_scaler"),
     "module": ("init_optimizer", "make_scaled_module", "module_step", "scale_loss_symbol"),
@@ -43,8 +40,8 @@ _EXPORTS = {
                        "latest_training_state", "seed_step"),
 }
 
-#: The other core modules that ``import mxfp16`` made attributes of the package (``mxfp16.graph``).
-_ALSO_LOADED = ("cast_network", "fastround", "grad_checks", "graph", "kvstore",
+#: The other core modules that ``import mxfp16`` made attributes of the package (``mxfp16.kvstore``).
+_ALSO_LOADED = ("grad_checks", "kvstore",
                 "loss_scale_settings", "mxnet_internals")
 
 __version__ = "0.1.0"

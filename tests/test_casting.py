@@ -12,7 +12,7 @@ from mxnet.gluon.model_zoo import vision
 
 import mxfp16
 from mxfp16.models import get_network
-from mxfp16.graph import MARK, count_ops
+from mxfp16.casting.graph import MARK, count_ops
 
 
 def dtype_name(param):

@@ -12,7 +12,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxfp16 import fastround
+from mxfp16.casting import fastround
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Above the library's parallel threshold (2**16 elements), so the OpenMP path runs.
@@ -23,7 +23,7 @@ LARGE = 3 * (1 << 16) + 5
 def round_nd():
     """The imperative operator, ``round_nd(x) -> y``; skips when the library cannot be loaded."""
     if not fastround.load():
-        pytest.skip("mxfp16.fastround.load() returned False (no C++ compiler or no mxnet headers; "
+        pytest.skip("mxfp16.casting.fastround.load() returned False (no C++ compiler or no mxnet headers; "
                     "see the warning it logged)")
     return getattr(mx.nd._internal, fastround.ROUND_OP)
 
@@ -252,7 +252,7 @@ def run_python(code, env_update, timeout=300):
 def test_scalar_path_matches_numpy_exactly(round_nd):
     code = """
         import numpy as np, mxnet as mx
-        from mxfp16 import fastround
+        from mxfp16.casting import fastround
         from tests.test_fastround import (edge_values, numpy_round, random_values, tie_values,
                                           assert_bits_equal)
         assert fastround.load()
@@ -268,7 +268,7 @@ def test_scalar_path_matches_numpy_exactly(round_nd):
 
 def test_without_a_compiler_load_warns_once_and_returns_false(tmp_path):
     code = """
-        from mxfp16 import fastround
+        from mxfp16.casting import fastround
         print(fastround.load(), fastround.load(), fastround.available())
     """
     result = run_python(code, {"CXX": str(tmp_path / "no-such-compiler"),
@@ -284,7 +284,7 @@ def test_concurrent_first_builds_compile_once(round_nd, tmp_path):
     code = """
         import logging, threading
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-        from mxfp16 import fastround
+        from mxfp16.casting import fastround
         results = []
         threads = [threading.Thread(target=lambda: results.append(fastround.load()))
                    for _ in range(4)]

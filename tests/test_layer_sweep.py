@@ -20,7 +20,7 @@ from mxnet.gluon.contrib import nn as contrib_nn
 
 import mxfp16
 from mxfp16 import mxnet_internals
-from mxfp16.graph import internal_dtypes
+from mxfp16.casting.graph import internal_dtypes
 
 nlp = pytest.importorskip("gluonnlp")
 

@@ -10,7 +10,7 @@ from mxnet.gluon import nn, rnn
 
 import mxfp16
 from mxfp16 import mxnet_internals
-from mxfp16.graph import internal_dtypes
+from mxfp16.casting.graph import internal_dtypes
 
 nlp = pytest.importorskip("gluonnlp")
 
@@ -290,7 +290,7 @@ def test_nmt_model_casts_part_by_part_and_trains(dtype):
     src_len, tgt_len = mx.nd.array([6, 4]), mx.nd.array([5, 3])
     expected = model(src, tgt, src_len, tgt_len)[0].asnumpy()
     assert mxfp16.cast_block(model, dtype) is model  # a gluon.Block: its HybridBlocks cast
-    assert isinstance(model.encoder, mxfp16.cast_network.CastBlock)
+    assert isinstance(model.encoder, mxfp16.casting.block.CastBlock)
     out = model(src, tgt, src_len, tgt_len)[0]
     assert out.dtype == np.float32
     tolerance = 5e-2 if dtype == "float16" else 1.5e-1

@@ -2,7 +2,7 @@
 
 Names, defaults and meanings follow MXNet's environment-variable FAQ
 (``docs/static_site/src/pages/api/faq/env_var.md`` in apache/mxnet) and the names the MXNet 1.9.1
-library reads; ``MXFP16_FASTROUND`` is mxfp16's own (:mod:`mxfp16.fastround`).
+library reads; ``MXFP16_FASTROUND`` is mxfp16's own (:mod:`mxfp16.casting.fastround`).
 """
 from collections import namedtuple
 

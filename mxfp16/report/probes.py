@@ -5,7 +5,7 @@ MXNet 1.9 gives gradients of arguments only.  A probe turns an internal output `
 gradient of ``p`` is exactly the gradient of the loss with respect to ``x`` (all of ``x``'s consumers
 summed), which :func:`mxnet.autograd` returns when ``p`` has ``attach_grad()``.
 
-Where the probes sit, in a float16-emulated graph (:mod:`mxfp16.emulation`): one on every op output
+Where the probes sit, in a float16-emulated graph (:mod:`mxfp16.casting.emulation`): one on every op output
 that the GPU graph keeps in float16, before it fans out to its consumers.  When the only consumer is
 the emulation's float16 rounding (a GEMM's output, or an input read only by a GEMM), the probe sits
 after the rounding, so its gradient is the float32 value *before* the backward rounding to float16:
@@ -84,7 +84,7 @@ def add_gradient_probes(sym, dtypes):
     sym : mx.sym.Symbol
         A graph, usually float16-emulated (its original op names kept).
     dtypes : dict of str to str
-        Output name -> dtype in the GPU graph (:func:`mxfp16.graph.internal_dtypes` of
+        Output name -> dtype in the GPU graph (:func:`mxfp16.casting.graph.internal_dtypes` of
         ``cast_symbol(..., emulate=False)``); outputs that are float16 there get a probe.
 
     Returns

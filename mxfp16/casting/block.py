@@ -9,9 +9,9 @@ import warnings
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from . import mxnet_internals
-from .loss_scaling import all_finite
-from .optimizers import master_copies
+from .. import mxnet_internals
+from ..grad_checks import all_finite
+from ..optimizers import master_copies
 from .signature import call_structure, describe_call, is_plain_call
 
 #: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the

@@ -5,7 +5,7 @@ conversions, OpenMP over chunks; a bit-exact scalar path on CPUs without F16C) a
 gradient the same way, so it replaces the ``Cast(float16) -> Cast(float32)`` pair that emulation
 puts at every GEMM boundary (in a bound graph on a 16x256x56x56 tensor: a tenth of the pair's
 forward time, a quarter of its backward).  It is an MXNet 1.9 extension-library operator
-(``mxfp16/csrc/round_float16.cc``, written against the ``lib_api.h`` that the mxnet wheel ships).
+(``mxfp16/casting/csrc/round_float16.cc``, written against the ``lib_api.h`` that the mxnet wheel ships).
 
 Why compile lazily rather than in ``setup.py``
 ----------------------------------------------

@@ -17,7 +17,7 @@
  * environment variable MXFP16_FASTROUND_SCALAR=1 before the library loads forces the scalar path
  * (tests use it to check that path against numpy).
  *
- * Built by mxfp16/fastround.py:
+ * Built by mxfp16/casting/fastround.py:
  *   c++ -O3 -std=c++14 -shared -fPIC -fopenmp -I<mxnet>/include \
  *       round_float16.cc <mxnet>/src/lib_api.cc -o lib_round_float16.so
  */

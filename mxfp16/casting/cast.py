@@ -6,7 +6,7 @@ float32 parameters for normalization layers, and a cast to float32 before softma
 graph rewrite as symbols, so one set of rules serves both APIs.
 
 A Gluon block is traced twice, in training and in inference mode, so that Python code branching on
-``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.cast_network.CastBlock` returned
+``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.casting.block.CastBlock` returned
 runs the graph of the current mode.
 """
 import json
@@ -17,9 +17,9 @@ from mxnet import autograd, gluon
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
-from . import mxnet_internals
-from .cast_network import CastBlock
-from .dtypes import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
+from .. import mxnet_internals
+from .block import CastBlock
+from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
@@ -110,7 +110,7 @@ def _cast_op(rw, old_id, node, inputs, kind):
 def _cast_whole_graph(sym, data_names):
     """The GPU float16 graph of the MXNet float16 guide (no emulation).
 
-    Every op runs in float16 but those of :data:`~mxfp16.dtypes.FLOAT32_OPS`, which take float32
+    Every op runs in float16 but those of :data:`~mxfp16.casting.rules.FLOAT32_OPS`, which take float32
     and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
     (softmax between two batch_dots, LayerNorm between GEMMs).
     """
@@ -217,7 +217,7 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     dtype : {'float16', 'bfloat16', 'float32'}
         ``'float32'`` returns ``sym`` unchanged; ``'bfloat16'`` takes MXNet's AMP bfloat16 pass.
     emulate : bool or None
-        CPU emulation of float16 (see :mod:`mxfp16.emulation`).  ``None``: on when MXNet sees no
+        CPU emulation of float16 (see :mod:`mxfp16.casting.emulation`).  ``None``: on when MXNet sees no
         GPU.  ``False`` builds the GPU graph even on a CPU machine.
     mode : {'full', 'amp'}
         ``'full'``: every op runs in float16 except normalization layers, softmax, losses and the

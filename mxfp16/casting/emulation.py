@@ -25,7 +25,7 @@ import logging
 
 import mxnet as mx
 
-from .dtypes import (CONDITIONAL_GRID_PRESERVING_OPS, EXACT_CONSTANT_OPS, GEMM_OPS,
+from .rules import (CONDITIONAL_GRID_PRESERVING_OPS, EXACT_CONSTANT_OPS, GEMM_OPS,
                      GRID_PRESERVING_OPS, INDEX_INPUTS)
 from .graph import DTYPE_CODES, GraphRewriter, node_dtype
 
@@ -189,7 +189,7 @@ def emulate_float16(sym, plan, data_names):
     sym : mx.sym.Symbol
         The original (float32) graph.
     plan : dict of str to str
-        The dtypes of the GPU float16 graph, as :func:`mxfp16.graph.internal_dtypes` gives them:
+        The dtypes of the GPU float16 graph, as :func:`mxfp16.casting.graph.internal_dtypes` gives them:
         which parameters are float16 and which GEMMs run in float16.
     data_names : sequence of str
         The graph's data inputs.

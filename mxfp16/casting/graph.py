@@ -120,7 +120,7 @@ class GraphRewriter:
         """Round a float32 entry through float16 and back: the value, and in backward its gradient,
         land on the float16 grid (overflow to inf, underflow to zero) while staying float32.
 
-        One fused pass (:mod:`mxfp16.fastround`) where it can be built, else a ``Cast`` pair with
+        One fused pass (:mod:`mxfp16.casting.fastround`) where it can be built, else a ``Cast`` pair with
         the same results bit for bit.  ``any_dtype``: the entry may not be float32 (a data input),
         which only the ``Cast`` pair accepts.
         """

@@ -12,7 +12,7 @@ import inspect
 
 import mxnet as mx
 
-from . import mxnet_internals
+from .. import mxnet_internals
 
 __all__ = ["block_inputs", "describe_signature", "describe_call", "call_structure",
            "is_plain_call"]
