@@ -143,5 +143,6 @@ def test_ordinary_loss_is_scaled_as_before():
     """The control: a loss whose ops pass the head gradient on is scaled by the loss scale (the
     float16 update matches float32's), and nothing is scaled twice."""
     def plain(outputs, label):
-        return gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(outputs[0], label)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)
+        return loss_fn(outputs[0], label) + 0.4 * loss_fn(outputs[1], label)
     assert_same_update(plain, "float16", 1024.0)
