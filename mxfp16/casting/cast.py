@@ -165,6 +165,12 @@ def _lacks_bfloat16_kernel(op):
         op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
 
 
+def _variable_inputs(rw, node):
+    """Positions of ``node``'s inputs that are variables (parameters), not op outputs."""
+    return tuple(i for i, entry in enumerate(node["inputs"])
+                 if rw.old_nodes[entry[0]]["op"] == "null")
+
+
 def _float32_where_no_bfloat16_kernel(sym):
     """Cast the inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the interleaved
     attention matmuls) to float32 before AMP's bfloat16 pass, which would otherwise leave them
@@ -175,6 +181,8 @@ def _float32_where_no_bfloat16_kernel(sym):
             rw.copy(old_id, node)
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
+        if node["op"] == "Deconvolution":  # its float32 weight is read as the variable it is:
+            skip = _variable_inputs(rw, node)  # oneDNN's backward fails on a weight that is an op output
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
                 old_id)

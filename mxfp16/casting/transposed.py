@@ -1,0 +1,153 @@
+"""Transposed convolutions (``Deconvolution``) as ``Convolution``, for CPU float16 emulation.
+
+MXNet 1.9.1's oneDNN ``Deconvolution`` fails in backward whenever its weight is the output of
+another op (``MXNetError: could not execute a primitive``, or the process dies with ``terminate
+called without an active exception``), in plain MXNet too (``Deconvolution(x, w * 1)``).  Emulation
+must read a float16 weight through a ``Cast`` to float32, so an emulated transposed convolution could
+not train.  ``Convolution`` has no such failure, and a transposed convolution is one exactly:
+
+    Deconvolution(x, w, stride s, pad p, dilate d, adj a)
+        = Convolution(zero-upsample(x, s) with a trailing zeros, flip(transpose(w)),
+                      stride 1, pad d * (k - 1) - p, dilate d)
+
+where zero-upsampling puts ``s - 1`` zeros between neighbouring values, ``transpose`` swaps the
+weight's input and output channels (group by group), and ``flip`` reverses every spatial axis.  Every
+output is the same sum of the same products; only the order of the float32 additions differs.  The
+cost is the zeros: ``s**n`` times the multiply-adds of the transposed convolution for stride ``s`` in
+``n`` spatial dimensions (see the guide and docs/benchmarks.md).
+
+bfloat16 needs no rewrite: its transposed convolutions run in float32 with their float32 weight
+variable fed directly (:func:`mxfp16.casting.cast`), and the GPU graph keeps ``Deconvolution``.
+"""
+import ast
+
+from .graph import GraphRewriter
+
+#: Layouts the rewrite handles: channels first, as MXNet's CPU Deconvolution requires.
+CHANNELS_FIRST = (None, "None", "NCW", "NCHW", "NCDHW")
+
+
+def _tuple(attrs, key, size, default):
+    """A tuple attribute of a node (``'(2, 2)'``), or ``default`` repeated when unset or empty."""
+    value = attrs.get(key)
+    parsed = tuple(ast.literal_eval(value)) if value not in (None, "", "None") else ()
+    return parsed if parsed else (default,) * size
+
+
+def rewritable(node):
+    """Whether a ``Deconvolution`` node can be written as a ``Convolution``: channels first, and
+    its output size given by stride, pad and adj (``target_shape`` unset)."""
+    attrs = node.get("attrs", {})
+    return (node["op"] == "Deconvolution" and attrs.get("layout") in CHANNELS_FIRST
+            and not _tuple(attrs, "target_shape", 0, 0))
+
+
+class _Emitter:
+    """Emits the ops of one rewritten node, each with a fresh name derived from the node's."""
+
+    def __init__(self, rw, name):
+        self.rw = rw
+        self.name = name
+
+    def op(self, op, inputs, name=None, **attrs):
+        node = {"op": op, "name": name or self.rw.unique_name(f"{self.name}_{op.lower()}"),
+                "attrs": {k: str(v) for k, v in attrs.items()}}
+        return (self.rw.emit(node, inputs), 0, 0)
+
+
+def _upsample(emit, data, strides, adj):
+    """``data`` with ``s - 1`` zeros between neighbours along each spatial axis, and ``adj``
+    trailing zeros (the output padding of the transposed convolution)."""
+    ndim = len(strides) + 2
+    for i, (stride, extra) in enumerate(zip(strides, adj)):
+        if stride == 1:
+            continue
+        axis = 2 + i
+        expanded = emit.op("expand_dims", [data], axis=axis + 1)
+        zeros = emit.op("zeros_like", [expanded])
+        stacked = emit.op("Concat", [expanded] + [zeros] * (stride - 1), dim=axis + 1,
+                          num_args=stride)
+        shape = (0,) * axis + (-3,) + (0,) * (ndim - 1 - axis)
+        data = emit.op("Reshape", [stacked], shape=shape)
+        trailing = stride - 1 - extra  # zeros past the last value that the output does not see
+        if trailing:
+            data = emit.op("slice_axis", [data], axis=axis, begin=0, end=-trailing)
+    return data
+
+
+def _convolution_weight(emit, weight, groups, spatial):
+    """Deconvolution's weight ``(C_in, C_out / g, k...)`` as Convolution's ``(C_out, C_in / g,
+    k...)``, reversed along every spatial axis.  With one group, ``transpose`` and ``reverse``
+    infer shapes both ways, so a weight whose shape waits for the data (deferred initialization)
+    gets it; with several, the weight's shape must be known (``Reshape`` infers forward only)."""
+    if groups == 1:
+        swapped = emit.op("transpose", [weight], axes=(1, 0) + tuple(range(2, 2 + spatial)))
+    else:
+        split = emit.op("Reshape", [weight], shape=(-4, groups, -1, -2))
+        swapped = emit.op("SwapAxis", [split], dim1=1, dim2=2)
+        swapped = emit.op("Reshape", [swapped], shape=(-3, -2))
+    return emit.op("reverse", [swapped], axis=tuple(range(2, 2 + spatial)))
+
+
+def _emit_convolution(rw, node, inputs):
+    """Emit the Convolution form of Deconvolution ``node`` (its inputs already mapped); return
+    the entry of its output.  The Convolution keeps the node's name, so dtype plans keyed by
+    ``<name>_output`` still apply."""
+    attrs = node.get("attrs", {})
+    kernel = _tuple(attrs, "kernel", 0, 1)
+    spatial = len(kernel)
+    strides = _tuple(attrs, "stride", spatial, 1)
+    dilate = _tuple(attrs, "dilate", spatial, 1)
+    pad = _tuple(attrs, "pad", spatial, 0)
+    adj = _tuple(attrs, "adj", spatial, 0)
+    groups = int(attrs.get("num_group", 1))
+    emit = _Emitter(rw, node["name"])
+    data = _upsample(emit, inputs[0], strides, adj)
+    weight = _convolution_weight(emit, inputs[1], groups, spatial)
+    full = [d * (k - 1) - p for d, k, p in zip(dilate, kernel, pad)]
+    for i, f in enumerate(full):
+        if f < 0:  # a pad beyond the kernel's reach: crop the input, as it would crop the output
+            data = emit.op("slice_axis", [data], axis=2 + i, begin=-f, end=f)
+    conv_attrs = {"kernel": kernel, "stride": (1,) * spatial, "dilate": dilate,
+                  "pad": tuple(max(f, 0) for f in full), "num_filter": attrs["num_filter"],
+                  "num_group": groups, "no_bias": attrs.get("no_bias", "True")}  # Deconvolution's default
+    if attrs.get("layout") not in (None, "None"):
+        conv_attrs["layout"] = attrs["layout"]
+    return emit.op("Convolution", [data, weight] + list(inputs[2:]), name=node["name"],
+                   **conv_attrs)
+
+
+def deconvolution_as_convolution(sym):
+    """Rewrite every transposed convolution of ``sym`` as the equivalent ``Convolution``.
+
+    Parameters
+    ----------
+    sym : mx.sym.Symbol
+        A graph; its ``Deconvolution`` nodes with a channels-first layout and no ``target_shape``
+        are rewritten (see the module docstring), every other node is copied.
+
+    Returns
+    -------
+    mx.sym.Symbol
+        The same function of the same arguments, with the same output names.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> x = mx.sym.var('data')
+    >>> y = mx.sym.Deconvolution(x, kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=3,
+    ...                          name='up')
+    >>> conv = deconvolution_as_convolution(y)
+    >>> conv.list_arguments(), conv.list_outputs()
+    (['data', 'up_weight'], ['up_output'])
+    >>> conv.infer_shape(data=(1, 2, 5, 5))[1], y.infer_shape(data=(1, 2, 5, 5))[1]
+    ([(1, 3, 10, 10)], [(1, 3, 10, 10)])
+    """
+    rw = GraphRewriter(sym, drop_inserted=False)
+    for old_id, node in rw.nodes_in_order():
+        if node["op"] == "Deconvolution" and rewritable(node):
+            inputs = [rw.input_entry(e) for e in node["inputs"]]
+            rw.replace(old_id, _emit_convolution(rw, node, inputs))
+        else:
+            rw.copy(old_id, node)
+    return rw.to_symbol(rw.heads())
