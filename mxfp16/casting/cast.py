@@ -21,6 +21,7 @@ from .. import mxnet_internals
 from .block import CastBlock
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
+from .transposed import deconvolution_as_convolution
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
@@ -192,8 +193,8 @@ def _float32_where_no_bfloat16_kernel(sym):
 def _cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists; outputs come back as float32."""
     plain = strip(sym, data_names)
-    if dtype == "bfloat16":
-        plain = _float32_where_no_bfloat16_kernel(plain)
+    if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
+        plain = _float32_where_no_bfloat16_kernel(deconvolution_as_convolution(plain))
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))

@@ -16,8 +16,12 @@ output is the same sum of the same products; only the order of the float32 addit
 cost is the zeros: ``s**n`` times the multiply-adds of the transposed convolution for stride ``s`` in
 ``n`` spatial dimensions (see the guide and docs/benchmarks.md).
 
-bfloat16 needs no rewrite: its transposed convolutions run in float32 with their float32 weight
-variable fed directly (:func:`mxfp16.casting.cast`), and the GPU graph keeps ``Deconvolution``.
+The rewrite also sidesteps a oneDNN failure of plain float32 MXNet: ``Deconvolution`` with one
+output channel and 16 or more input channels ("could not create a primitive descriptor for a reorder
+primitive").  bfloat16 graphs are rewritten too, before MXNet's AMP pass, which then runs the
+``Convolution`` in bfloat16 (a ``Deconvolution`` it cannot rewrite, one with ``target_shape``, runs in
+float32 on its float32 weight variable, fed directly).  The GPU graph keeps ``Deconvolution``:
+cuDNN's transposed convolution has neither failure, and needs no zeros.
 """
 import ast
 
