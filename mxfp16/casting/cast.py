@@ -21,7 +21,7 @@ from .. import mxnet_internals
 from .block import CastBlock
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
-from .transposed import deconvolution_as_convolution
+from .transposed import deconvolution_as_convolution, variable_inputs
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
@@ -166,12 +166,6 @@ def _lacks_bfloat16_kernel(op):
         op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
 
 
-def _variable_inputs(rw, node):
-    """Positions of ``node``'s inputs that are variables (parameters), not op outputs."""
-    return tuple(i for i, entry in enumerate(node["inputs"])
-                 if rw.old_nodes[entry[0]]["op"] == "null")
-
-
 def _float32_where_no_bfloat16_kernel(sym):
     """Cast the inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the interleaved
     attention matmuls) to float32 before AMP's bfloat16 pass, which would otherwise leave them
@@ -182,8 +176,8 @@ def _float32_where_no_bfloat16_kernel(sym):
             rw.copy(old_id, node)
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
-        if node["op"] == "Deconvolution":  # its float32 weight is read as the variable it is:
-            skip = _variable_inputs(rw, node)  # oneDNN's backward fails on a weight that is an op output
+        if node["op"] == "Deconvolution":  # fed its float32 weight as is (casting/transposed.py)
+            skip = variable_inputs(rw.old_nodes, node)
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
                 old_id)

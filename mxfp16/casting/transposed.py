@@ -38,6 +38,13 @@ def _tuple(attrs, key, size, default):
     return parsed if parsed else (default,) * size
 
 
+def variable_inputs(nodes, node):
+    """Positions of ``node``'s inputs that are variables (parameters), not op outputs: the inputs
+    a ``Deconvolution`` left as it is must read directly, since oneDNN's backward fails on a weight
+    that is an op output."""
+    return tuple(i for i, entry in enumerate(node["inputs"]) if nodes[entry[0]]["op"] == "null")
+
+
 def rewritable(node):
     """Whether a ``Deconvolution`` node can be written as a ``Convolution``: channels first, and
     its output size given by stride, pad and adj (``target_shape`` unset)."""
