@@ -258,6 +258,6 @@ def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, me
 def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
     module = load_benchmark("transposed_conv_step")
     record, markdown = run_quick(module, tmp_path)
-    assert [row["dtype"] for row in record["summary"]] == ["float32", "float16", "bfloat16"]
+    assert [row["mode"] for row in record["summary"]] == [name for name, _, _ in module.MODES]
     assert record["summary"][0]["over_float32"] == 1.0
-    assert len(table_rows(markdown)) == 3
+    assert len(table_rows(markdown)) == 5

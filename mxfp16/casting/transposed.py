@@ -128,6 +128,58 @@ def _emit_convolution(rw, node, inputs):
                    **conv_attrs)
 
 
+def _known_shape(nodes, entry):
+    """The shape of a variable input whose ``__shape__`` is fully known, else None."""
+    node = nodes[entry[0]]
+    text = node.get("attrs", {}).get("__shape__") if node["op"] == "null" else None
+    shape = tuple(ast.literal_eval(text)) if text else ()
+    return shape if shape and all(shape) else None
+
+
+def _subpixel_plan(nodes, node):
+    """``(stride, taps)`` when ``node`` can run as one Convolution per output phase (a 2D
+    transposed convolution with equal strides above 1, kernel a multiple of the stride, no
+    dilation, one group, weight and bias of known shapes), else None."""
+    attrs = node.get("attrs", {})
+    kernel = _tuple(attrs, "kernel", 0, 1)
+    strides = _tuple(attrs, "stride", len(kernel), 1)
+    if (len(kernel) != 2 or len(set(strides)) != 1 or strides[0] == 1
+            or len(set(kernel)) != 1 or kernel[0] % strides[0]
+            or set(_tuple(attrs, "dilate", 2, 1)) != {1} or int(attrs.get("num_group", 1)) != 1
+            or any(_known_shape(nodes, entry) is None for entry in node["inputs"][1:])):
+        return None
+    return strides[0], kernel[0] // strides[0]
+
+
+def _emit_subpixel(rw, node, inputs, stride, taps):
+    """Emit ``node`` as one Convolution computing the ``stride**2`` output phases as channels,
+    interleaved by ``depth_to_space``: the multiply-adds of the transposed convolution, no zeros.
+
+    Output phase ``r`` (per axis) at position ``q`` is ``sum_m x[q - m] * w[r + stride * m]``:
+    a convolution of ``x`` with taps ``m < taps`` of the kernel, reversed."""
+    attrs = node.get("attrs", {})
+    pad = _tuple(attrs, "pad", 2, 0)
+    adj = _tuple(attrs, "adj", 2, 0)
+    emit = _Emitter(rw, node["name"])
+    weight = emit.op("Reshape", [inputs[1]], shape=(0, 0, -4, taps, stride, -4, taps, stride))
+    weight = emit.op("reverse", [weight], axis=(2, 4))
+    weight = emit.op("transpose", [weight], axes=(3, 5, 1, 0, 2, 4))
+    weight = emit.op("Reshape", [weight], shape=(-3, -2))  # (phase_h * phase_w, C_out, ...)
+    weight = emit.op("Reshape", [weight], shape=(-3, -2))  # (phases * C_out, C_in, taps, taps)
+    data = emit.op("Pad", [inputs[0]], mode="constant",
+                   pad_width=(0, 0, 0, 0, taps - 1, taps, taps - 1, taps))
+    biases = [emit.op("tile", [bias], reps=(stride * stride,)) for bias in inputs[2:]]
+    out = emit.op("Convolution", [data, weight] + biases, name=node["name"], kernel=(taps, taps),
+                  num_filter=int(attrs["num_filter"]) * stride * stride,
+                  no_bias=attrs.get("no_bias", "True"))  # Deconvolution's default
+    out = emit.op("depth_to_space", [out], block_size=stride)
+    for axis, (p, extra) in enumerate(zip(pad, adj)):
+        # The phases cover stride * (I + taps) positions; the output starts at pad and ends
+        # stride - adj + pad before their end.
+        out = emit.op("slice_axis", [out], axis=2 + axis, begin=p, end=-(stride - extra + p))
+    return out
+
+
 def deconvolution_as_convolution(sym):
     """Rewrite every transposed convolution of ``sym`` as the equivalent ``Convolution``.
 
@@ -158,7 +210,9 @@ def deconvolution_as_convolution(sym):
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "Deconvolution" and rewritable(node):
             inputs = [rw.input_entry(e) for e in node["inputs"]]
-            rw.replace(old_id, _emit_convolution(rw, node, inputs))
+            plan = _subpixel_plan(rw.old_nodes, node)
+            rw.replace(old_id, _emit_subpixel(rw, node, inputs, *plan) if plan else
+                       _emit_convolution(rw, node, inputs))
         else:
             rw.copy(old_id, node)
     return rw.to_symbol(rw.heads())
