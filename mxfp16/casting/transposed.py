@@ -14,7 +14,15 @@ where zero-upsampling puts ``s - 1`` zeros between neighbouring values, ``transp
 weight's input and output channels (group by group), and ``flip`` reverses every spatial axis.  Every
 output is the same sum of the same products; only the order of the float32 additions differs.  The
 cost is the zeros: ``s**n`` times the multiply-adds of the transposed convolution for stride ``s`` in
-``n`` spatial dimensions (see the guide and docs/benchmarks.md).
+``n`` spatial dimensions.
+
+A 2D transposed convolution with equal strides ``s`` dividing its square kernel (DCGAN's ``k=4,
+s=2``), no dilation and one group takes a form without zeros when its weight's shape is known at the
+cast (``in_channels`` given, or parameters initialized by a forward or loaded): output phase ``r`` at
+``q`` is ``sum_m x[q - m] * w[r + s*m]``, so one ``Convolution`` of the padded input computes the
+``s**2`` phases as channels, ``depth_to_space`` interleaves them, and a slice takes the output.  Its
+``Reshape`` of the weight infers shapes forward only, hence the condition.  See the guide and
+docs/benchmarks.md for what each form costs.
 
 The rewrite also sidesteps a oneDNN failure of plain float32 MXNet: ``Deconvolution`` with one
 output channel and 16 or more input channels ("could not create a primitive descriptor for a reorder
