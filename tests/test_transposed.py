@@ -153,3 +153,24 @@ def test_bfloat16_deconvolution_with_target_shape_trains_on_its_weight_variable(
     loss.backward()
     assert cast(mx.nd.ones((2, 3, 4, 4))).shape == (2, 2, 9, 9)
     assert net.collect_params()["up_weight"].grad().sum().asscalar() == 1728.0  # 2 * 9 * 4 * 4 * 3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_deferred_weight_shapes_take_the_zero_upsampled_form_and_train(dtype):
+    """Without in_channels the weights wait for the first batch: the graph must infer their
+    shapes from the data, which the zero-upsampled form's transpose and reverse do."""
+    import mxfp16
+    from mxnet import autograd
+    from mxnet.gluon import nn
+    net = nn.HybridSequential()
+    net.add(nn.Conv2DTranspose(4, 4, strides=2, padding=1), nn.Activation("relu"),
+            nn.Conv2DTranspose(1, 4, strides=2, padding=1))
+    net.initialize()
+    cast = mxfp16.cast_block(net, dtype)
+    assert "depth_to_space" not in cast.graphs[0].tojson()
+    with autograd.record():
+        loss = cast(mx.nd.ones((2, 3, 4, 4))).sum()
+    loss.backward()
+    assert [p.shape for p in net.collect_params().values()][0] == (3, 4, 4, 4)
+    assert all(np.isfinite(p.grad().astype("float32").asnumpy()).all()
+               for p in net.collect_params().values())
