@@ -6,8 +6,8 @@ mxfp16.casting.transposed).
 The generator is DCGAN's (Radford et al. 2016) at a small size: latent (N, nz) -> 4x4 -> 8x8 ->
 16x16 -> 32x32 by Conv2DTranspose(k=4, stride 2, pad 1) with BatchNorm and ReLU, ending in a 3x3
 Conv2D to 3 channels and tanh.  The step is forward, backward of a squared error to random images,
-and the Trainer's update; the median of the timed steps is reported, with each dtype's ratio to
-float32.  Outputs in --out-dir: transposed_conv_step.md and .json.
+and the Trainer's update; the modes take turns step by step, and the median of each one's timed
+steps is reported, with its ratio to float32.  Outputs in --out-dir: transposed_conv_step.md and .json.
 
 Usage: python benchmarks/transposed_conv_step.py [--batch-size 64] [--ngf 64] [--steps 10] [--quick]
 """
@@ -61,27 +61,39 @@ def generator(ngf, latent_size, in_channels=True):
     return net
 
 
-def median_step(config, dtype, in_channels=True):
+def build(config, dtype, in_channels):
+    """``(network, trainer)`` of one mode, from the same seed."""
     mx.random.seed(0)
     net = generator(config.ngf, config.latent_size, in_channels)
     net.initialize(mx.init.Normal(0.02))
     net = mxfp16.cast_block(net, dtype)
     net.hybridize(static_alloc=True, static_shape=True)
-    trainer = mxfp16.Trainer(net.collect_params(), "adam", {"learning_rate": 2e-4},
-                             dtype=dtype)
+    return net, mxfp16.Trainer(net.collect_params(), "adam", {"learning_rate": 2e-4}, dtype=dtype)
+
+
+def step_time(net, trainer, noise, target):
+    start = time.perf_counter()
+    with autograd.record():
+        loss = ((net(noise) - target) ** 2).mean()
+    trainer.backward(loss)
+    trainer.step(noise.shape[0])
+    mx.nd.waitall()
+    return time.perf_counter() - start
+
+
+def median_steps(config):
+    """Each mode's median step time; the modes take turns step by step, so a machine shared with
+    other jobs slows them alike."""
+    setups = {name: build(config, dtype, known) for name, dtype, known in MODES}
     noise = mx.nd.random.normal(shape=(config.batch_size, config.latent_size))
     target = mx.nd.random.uniform(-1, 1, shape=(config.batch_size, 3, 32, 32))
-    times = []
+    times = {name: [] for name in setups}
     for i in range(config.warmup + config.steps):
-        start = time.perf_counter()
-        with autograd.record():
-            loss = ((net(noise) - target) ** 2).mean()
-        trainer.backward(loss)
-        trainer.step(config.batch_size)
-        mx.nd.waitall()
-        if i >= config.warmup:
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+        for name, (net, trainer) in setups.items():
+            seconds = step_time(net, trainer, noise, target)
+            if i >= config.warmup:
+                times[name].append(seconds)
+    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
 
 
 def make_config(args):
@@ -105,7 +117,7 @@ def main(argv=None):
     config, code = parse_config(get_args_parser(), make_config, argv)
     if config is None:
         return code
-    seconds = {name: median_step(config, dtype, known) for name, dtype, known in MODES}
+    seconds = median_steps(config)
     base = seconds["float32"]
     rows = [(name, f"{seconds[name] * 1000:.1f}", f"{seconds[name] / base:.2f}")
             for name, _, _ in MODES]
