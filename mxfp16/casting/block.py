@@ -12,6 +12,7 @@ from mxnet import autograd, gluon
 from .. import mxnet_internals
 from ..grad_checks import all_finite
 from ..optimizers import master_copies
+from . import deploy
 from .signature import call_structure, describe_call, is_plain_call
 
 #: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the
@@ -37,18 +38,6 @@ def _ndarrays(out):
     if isinstance(out, (list, tuple)):
         return [array for item in out for array in _ndarrays(item)]
     return [out] if isinstance(out, mx.nd.NDArray) else []
-
-
-def _float32_value(param):
-    """A parameter's float32 value on the CPU: the optimizer's master copy when the weight is that
-    copy rounded (the optimizer holds it), else the value widened, averaged over the devices as
-    Gluon saves it (BatchNorm's running statistics differ between devices)."""
-    arrays = param.list_data()
-    masters = master_copies(param)
-    if masters and bool((masters[0].astype(arrays[0].dtype) == arrays[0]).min().asscalar()):
-        return masters[0].copyto(mx.cpu())
-    widened = [array.copyto(mx.cpu()).astype("float32", copy=False) for array in arrays]
-    return widened[0] if len(widened) == 1 else mx.nd.add_n(*widened) / len(widened)
 
 
 class CastBlock(gluon.SymbolBlock):
@@ -176,6 +165,19 @@ class CastBlock(gluon.SymbolBlock):
                 warnings.warn(OVERFLOW_WARNING, RuntimeWarning, stacklevel=4)
         return out
 
+    #: ``cast_symbol`` with the mode this network was cast in (set by ``cast_block``): how
+    #: :meth:`export` builds the float16 graph.
+    recast = None
+
+    def export(self, path, epoch=0, remove_amp_cast=True, dtype="float32", emulate=False):
+        """Write ``PATH-symbol.json`` and ``PATH-NNNN.params`` that plain MXNet loads: the float32
+        graph with the float32 master weights (default), or with ``dtype='float16'`` the float16
+        GPU graph with every parameter; never the emulation graph unless ``emulate=True``.  See
+        :func:`mxfp16.export`; ``remove_amp_cast`` is accepted for Gluon's signature.
+        """
+        return deploy.export_network(self, path, dtype=dtype, epoch=epoch, emulate=emulate,
+                                     recast=self.recast)
+
     def save_parameters(self, filename, deduplicate=False, dtype="float32"):
         """Save the parameters under the original block's names, in float32 by default.
 
@@ -203,7 +205,7 @@ class CastBlock(gluon.SymbolBlock):
         for key, param in self.param_keys.items():
             if not (deduplicate and id(param) in seen):
                 seen.add(id(param))
-                saved[key] = _float32_value(param) if dtype == "float32" else \
+                saved[key] = deploy.float32_value(param) if dtype == "float32" else \
                     param.list_data()[0].copyto(mx.cpu())
         mx.nd.save(filename, saved)
 

@@ -9,6 +9,7 @@ A Gluon block is traced twice, in training and in inference mode, so that Python
 ``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.casting.block.CastBlock` returned
 runs the graph of the current mode.
 """
+import functools
 import json
 
 import mxnet as mx
@@ -467,6 +468,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer,
                      plain=(len(positions) if tracer is None else len(names), positions, out_fmt),
                      original=None if tracer is None else block)
+    cast.recast = functools.partial(cast_symbol, mode=mode)  # export's float16 graph
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)
