@@ -71,17 +71,7 @@ def add_eval_arguments(parser, d):
     group.add_argument("--data-nthreads", "-j", "--num-data-workers", type=int,
                        default=d.data_nthreads, help=f"decoding threads (default: "
                                                      f"{d.data_nthreads})")
-    group = parser.add_argument_group("preprocessing (default: the training run's, else ImageNet's)")
-    group.add_argument("--image-shape", type=int_tuple, default=d.image_shape,
-                       help="input shape C,H,W (default: the run's, else 3,224,224)")
-    group.add_argument("--input-size", type=_input_size, dest="image_shape",
-                       help="GluonCV's: square input of this side")
-    group.add_argument("--crop-ratio", type=float, default=d.crop_ratio,
-                       help="centre crop / resized shorter side (default: the run's, else 0.875)")
-    group.add_argument("--rgb-mean", type=float_tuple, default=d.rgb_mean,
-                       help="per-channel mean R,G,B, 0..255 (default: the run's, else ImageNet's)")
-    group.add_argument("--rgb-std", type=float_tuple, default=d.rgb_std,
-                       help="per-channel std R,G,B, 0..255 (default: the run's, else ImageNet's)")
+    _add_preprocessing_arguments(parser, d)
     group = parser.add_argument_group("evaluation")
     group.add_argument("--dtype", type=dtype_list, default=d.dtype,
                        help="float32, float16, bfloat16 or several, e.g. float32,float16: each "
@@ -98,4 +88,46 @@ def add_eval_arguments(parser, d):
     group.add_argument("--batch-sizes", type=int_tuple, default=d.batch_sizes,
                        help="--benchmark's batch sizes (default: %s)"
                             % ",".join(map(str, d.batch_sizes)))
+    return parser
+
+
+def _add_preprocessing_arguments(parser, d):
+    group = parser.add_argument_group("preprocessing (default: the training run's, else ImageNet's)")
+    group.add_argument("--image-shape", type=int_tuple, default=d.image_shape,
+                       help="input shape C,H,W (default: the run's, else 3,224,224)")
+    group.add_argument("--input-size", type=_input_size, dest="image_shape",
+                       help="GluonCV's: square input of this side")
+    group.add_argument("--crop-ratio", type=float, default=d.crop_ratio,
+                       help="centre crop / resized shorter side (default: the run's, else 0.875)")
+    group.add_argument("--rgb-mean", type=float_tuple, default=d.rgb_mean,
+                       help="per-channel mean R,G,B, 0..255 (default: the run's, else ImageNet's)")
+    group.add_argument("--rgb-std", type=float_tuple, default=d.rgb_std,
+                       help="per-channel std R,G,B, 0..255 (default: the run's, else ImageNet's)")
+
+
+def add_export_arguments(parser, d):
+    """The flags of ``scripts/export.py`` with ``d`` (an ``ExportConfig``) as defaults."""
+    add_model_arguments(parser, d)
+    _add_preprocessing_arguments(parser, d)
+    group = parser.add_argument_group("export")
+    group.add_argument("--output", "-o", default=d.output, required=True,
+                       help="prefix of the files written: PREFIX-symbol.json, PREFIX-0000.params, "
+                            "PREFIX-float16-..., PREFIX.onnx, PREFIX-preprocessing.json")
+    group.add_argument("--dtype", type=dtype_list, default=d.dtype,
+                       help="float32 (plain MXNet, float32 servers), float16 (the GPU graph) or "
+                            "float32,float16 (default: %s)" % ",".join(d.dtype))
+    group.add_argument("--emulate", action="store_true",
+                       help="float16: write the CPU emulation graph (Cast pairs) instead of the "
+                            "GPU graph, as PREFIX-float16-emulated (default: off)")
+    group.add_argument("--onnx", action="store_true",
+                       help="also write PREFIX.onnx (each --dtype MXNet's exporter can write), "
+                            "checked with onnx.checker (needs onnx<1.19) (default: off)")
+    group.add_argument("--opset", type=int, default=d.opset,
+                       help=f"ONNX opset: MXNet 1.9.1 exports 12 and 13 (default: {d.opset})")
+    group.add_argument("--onnxruntime-python", default=d.onnxruntime_python,
+                       help="python of a venv with onnxruntime: runs the ONNX file and compares "
+                            "with MXNet's outputs (default: $MXFP16_ONNXRUNTIME_PYTHON, else not "
+                            "run)")
+    group.add_argument("--seed", type=int, default=d.seed,
+                       help=f"seed of the random check batch (default: {d.seed})")
     return parser

@@ -162,7 +162,8 @@ def run_command(parser, config_type, job, argv=None):
     ``scripts/export.py``): parse, check, run with console logging; return the exit code.
 
     ``job(config)`` returns the one summary line, printed on stdout (exit code 0); a user error
-    (``ValueError``, ``OSError``) is one ``error: ...`` line on stderr and exit code 2.
+    (``ValueError``, ``OSError``; ``RuntimeError`` for a written file that fails its check) is one
+    ``error: ...`` line on stderr and exit code 2.
     """
     try:
         args = parser.parse_args(argv)
@@ -172,7 +173,7 @@ def run_command(parser, config_type, job, argv=None):
         config = config_type(**vars(args)).checked()
         with run_logging(None):
             line = job(config)
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, RuntimeError) as error:
         print(error_line(error), file=sys.stderr)
         return 2
     print(line)
