@@ -124,7 +124,7 @@ def _mxnet_pair(prefix, epoch):
                          "them as --load-epoch" if epochs else f"--model-prefix {prefix}: {found}; "
                          "pass the prefix of PREFIX-symbol.json and PREFIX-NNNN.params")
     network = load_mxnet_checkpoint(prefix, epoch)
-    return LoadedModel(network, "%s-%04d" % (prefix, epoch), {})
+    return LoadedModel(network, "%s-%04d" % (os.path.basename(prefix), epoch), {})
 
 
 def _script_checkpoint(spec):

@@ -96,7 +96,7 @@ def _add_preprocessing_arguments(parser, d):
     group.add_argument("--image-shape", type=int_tuple, default=d.image_shape,
                        help="input shape C,H,W (default: the run's, else 3,224,224)")
     group.add_argument("--input-size", type=_input_size, dest="image_shape",
-                       help="GluonCV's: square input of this side")
+                       help="GluonCV's: square input of this side (default: none)")
     group.add_argument("--crop-ratio", type=float, default=d.crop_ratio,
                        help="centre crop / resized shorter side (default: the run's, else 0.875)")
     group.add_argument("--rgb-mean", type=float_tuple, default=d.rgb_mean,
@@ -110,9 +110,10 @@ def add_export_arguments(parser, d):
     add_model_arguments(parser, d)
     _add_preprocessing_arguments(parser, d)
     group = parser.add_argument_group("export")
-    group.add_argument("--output", "-o", default=d.output, required=True,
+    group.add_argument("--output", "-o", default=d.output,
                        help="prefix of the files written: PREFIX-symbol.json, PREFIX-0000.params, "
-                            "PREFIX-float16-..., PREFIX.onnx, PREFIX-preprocessing.json")
+                            "PREFIX-float16-..., PREFIX.onnx, PREFIX-preprocessing.json; needed "
+                            "(default: none)")
     group.add_argument("--dtype", type=dtype_list, default=d.dtype,
                        help="float32 (plain MXNet, float32 servers), float16 (the GPU graph) or "
                             "float32,float16 (default: %s)" % ",".join(d.dtype))
