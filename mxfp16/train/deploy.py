@@ -67,7 +67,7 @@ class ExportConfig:
             raise ValueError("--output PREFIX is missing: where to write PREFIX-symbol.json, ...")
         probe = EvalConfig(checkpoint=self.checkpoint, model_prefix=self.model_prefix,
                            params_file=self.params_file, network=self.network,
-                           dtype=self.dtype).checked()
+                           dtype=self.dtype, gpus=self.gpus).checked()
         bad = [d for d in probe.dtype if d not in ("float32", "float16")]
         if bad:
             raise ValueError(f"--dtype {bad[0]}: export writes float32 and float16 graphs; "

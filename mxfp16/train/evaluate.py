@@ -27,7 +27,7 @@ from ..casting.graph import strip
 from ..dtypes import check_dtype
 from ..models import DATA_INPUT, Network, block_to_network, get_network, load_mxnet_checkpoint
 from .checkpoint import load_checkpoint
-from .config import contexts
+from .config import _check_gpus_found, contexts, gpu_ids
 from .data import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, folder_iters, record_iter, synthetic_iter
 from .gluon_api import gluon_network
 from .metrics import Accuracy
@@ -95,7 +95,15 @@ class EvalConfig:
             except (ValueError, TypeError) as error:
                 raise ValueError(f"--dtype {name}: {error}") from None
         self.dtype = tuple(dict.fromkeys(dtypes))
+        check_devices(self.gpus)
         return self
+
+
+def check_devices(gpus):
+    """``ValueError`` for a malformed ``--gpus`` or GPUs MXNet does not see (training's check)."""
+    ids = gpu_ids(gpus)
+    if ids:
+        _check_gpus_found(f"--gpus {gpus}", ids)
 
 
 @dataclass
@@ -278,14 +286,27 @@ def _log_dtypes(dtypes, ctx):
                  "through float16 at every GEMM, the GPU's numerics at a fraction of its speed")
 
 
+def _runnable(dtype, ctx, run, **kwargs):
+    """``run(dtype=dtype, ctx=ctx, **kwargs)``; a dtype MXNet cannot run on this device (bfloat16
+    on a GPU: MXNet 1.9.1 has CPU kernels only) becomes one ``ValueError`` naming the fix."""
+    try:
+        return run(dtype=dtype, ctx=ctx, **kwargs)
+    except mx.base.MXNetError as error:
+        reason = str(error).strip().splitlines()[0][:160]
+        raise ValueError(f"--dtype {dtype} cannot run on {ctx[0]} ({reason}): leave it out of "
+                         "--dtype, or run on a device that has its kernels (bfloat16: the CPU; "
+                         "float16: a GPU, or the CPU emulation without --gpus)") from None
+
+
 def accuracy_line(model, config, ctx, prep, num_classes):
     """Score the model in every dtype; return the one summary line."""
     data, where = val_data(config, num_classes, prep)
     parts, reference, count = [], None, 0
     for dtype in config.dtype:
-        top1, topk, speed, classes = score(model.network, data, dtype=dtype, ctx=ctx,
-                                           top_k=config.top_k, num_classes=num_classes,
-                                           num_batches=config.num_batches)
+        top1, topk, speed, classes = _runnable(dtype, ctx, score, network=model.network,
+                                               data=data, top_k=config.top_k,
+                                               num_classes=num_classes,
+                                               num_batches=config.num_batches)
         count = 0 if classes is None else len(classes)
         part = (f"{dtype_label(dtype, ctx)} top-1 {top1:.4f} top-{config.top_k} {topk:.4f}")
         if reference is not None and classes is not None:
@@ -303,9 +324,9 @@ def benchmark_line(model, config, ctx, prep):
     print(header)
     rows = []
     for batch_size in config.batch_sizes:
-        speeds = [throughput(model.network, dtype=dtype, ctx=ctx, batch_size=batch_size,
-                             image_shape=prep["image_shape"],
-                             num_batches=config.num_batches or 10) for dtype in config.dtype]
+        speeds = [_runnable(dtype, ctx, throughput, network=model.network,
+                            batch_size=batch_size, image_shape=prep["image_shape"],
+                            num_batches=config.num_batches or 10) for dtype in config.dtype]
         print(f"{batch_size:10d} | " + " | ".join(f"{s:.1f}" for s in speeds), flush=True)
         rows.append(f"{batch_size}: " + ", ".join(
             f"{dtype_label(d, ctx)} {s:.1f}" for d, s in zip(config.dtype, speeds)))
