@@ -62,7 +62,9 @@ def onnx_opsets():
 
 
 def check_opset(opset):
-    """Return ``opset`` if MXNet can export it, else raise ``ValueError`` naming those it can."""
+    """Return ``opset`` if MXNet can export it, else raise ``ValueError`` naming those it can
+    (``RuntimeError`` without a usable onnx package)."""
+    import_onnx()
     opsets = onnx_opsets()
     if opset not in opsets:
         raise ValueError(f"ONNX opset {opset}: MXNet {mx.__version__} exports opsets "

@@ -50,6 +50,8 @@ class CastBlock(gluon.SymbolBlock):
       the float32 network of the same architecture loads them as they are; :meth:`load_parameters`
       reads float32 or float16 files, with those names or the parameters' own.
     * A float16 network warns once if an output in inference mode holds inf or NaN.
+    * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
+      weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
 
     Parameters
     ----------

@@ -166,6 +166,22 @@ def export_network(net, path, dtype="float32", epoch=0, emulate=False, recast=No
     ------
     ValueError
         For another dtype, ``emulate`` with float32, or a network without values.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from mxnet.gluon import nn
+    >>> import mxfp16
+    >>> net = nn.HybridSequential()
+    >>> net.add(nn.Dense(4, in_units=3), nn.BatchNorm(in_channels=4), nn.Dense(2, in_units=4))
+    >>> net.initialize()
+    >>> net16 = mxfp16.cast_block(net, 'float16')
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'net')
+    >>> symbol_file, params_file = mxfp16.export(net16, prefix, dtype='float16')
+    >>> sorted(param_dtypes(mx.sym.load(symbol_file)).values())  # no forward pass needed
+    ['float16', 'float16', 'float16', 'float16', 'float32', 'float32', 'float32', 'float32']
+    >>> {v.dtype.__name__ for v in mx.nd.load(net16.export(prefix)[1]).values()}  # float32
+    {'float32'}
     """
     if dtype not in EXPORT_DTYPES:
         raise ValueError(f"dtype={dtype!r}: choose one of {', '.join(EXPORT_DTYPES)} ('float32' for "
