@@ -64,7 +64,8 @@ class ExportConfig:
     def checked(self):
         """The config checked, or ``ValueError`` naming the flag to fix."""
         if not self.output:
-            raise ValueError("--output PREFIX is missing: where to write PREFIX-symbol.json, ...")
+            raise ValueError("--output is missing: pass the prefix of the files to write, e.g. "
+                             "--output deploy/r50 (deploy/r50-symbol.json, ...)")
         probe = EvalConfig(checkpoint=self.checkpoint, model_prefix=self.model_prefix,
                            params_file=self.params_file, network=self.network,
                            dtype=self.dtype, gpus=self.gpus).checked()
