@@ -9,8 +9,9 @@ gradients.  The vocabulary is padded to a multiple of 8 so the output layer runs
     python examples/lstm_language_model.py --dtype float16 --gpus 0 --hidden-size 1024 --num-epochs 20
 
 ``--export PREFIX`` writes the trained model for deployment (``mxfp16.export``: the float32 graph
-with the float32 master weights, and the float16 GPU graph) and evaluates the float32 files
-reloaded as plain MXNet does, in float32 and cast to float16.
+with the float32 master weights, and the float16 GPU graph; both also as ONNX files when onnx<1.19
+is installed) and evaluates the float32 files reloaded as plain MXNet does, in float32 and cast to
+float16.
 
 It ends with one line: ``lstm_language_model: dtype=float16 epochs=... train_loss=... val_ppl=...``.
 """
@@ -23,6 +24,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 import mxfp16
+from mxfp16 import onnx_export
 from common import UsageError, check_positive, devices, make_parser, run, stdlib_docstrings
 
 
@@ -121,7 +123,21 @@ def export_and_reload(net, prefix, loss_fn, val_batches, ctx):
     files16 = mxfp16.export(net16, prefix + "-float16", dtype="float16")  # the GPU graph
     where = " (emulated on CPU)" if mx.context.num_gpus() == 0 else ""
     return (f"export: {symbol_file} val_ppl={ppl32:.2f} reloaded; float16{where} "
-            f"val_ppl={ppl16:.2f}; float16 GPU graph {files16[0]}")
+            f"val_ppl={ppl16:.2f}; float16 GPU graph {files16[0]}; "
+            + export_onnx((symbol_file, params_file), files16, prefix, next(val_batches())[0].shape))
+
+
+def export_onnx(files32, files16, prefix, input_shape):
+    """Both graphs as ONNX files (no BatchNorm here, so float16 exports too), checked by
+    ``onnx.checker``; a note instead when onnx is not installed."""
+    try:
+        onnx_export.import_onnx()
+    except RuntimeError as missing:
+        return f"onnx: not written ({missing})"
+    written = [onnx_export.export_onnx(mx.sym.load(symbol_file), mx.nd.load(params_file),
+                                       f"{prefix}{suffix}.onnx", input_shape)
+               for (symbol_file, params_file), suffix in ((files32, ""), (files16, "-float16"))]
+    return "onnx: " + ", ".join(written) + " (checker passed)"
 
 
 def main(argv=None):

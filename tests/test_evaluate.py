@@ -194,3 +194,21 @@ def test_lstm_language_model_exports_and_runs_in_float16(tmp_path, capsys):
     np.testing.assert_array_equal(  # the float16 weights are the float32 ones rounded
         mx.model.load_checkpoint(prefix, 0)[1]["charlm0_dense0_weight"].astype("float16")
         .asnumpy(), args["charlm0_dense0_weight"].asnumpy())
+    if importlib.util.find_spec("onnx") is None:
+        assert "onnx: not written" in export_line
+        return
+    from mxfp16.onnx_export import onnx_summary, run_onnxruntime, compare_outputs
+    summaries = [onnx_summary(f"{prefix}{suffix}.onnx") for suffix in ("", "-float16")]
+    assert [s["inputs"] for s in summaries] == [{"data": [None, 32]}] * 2
+    assert [[t for t in s["dtypes"] if t.startswith("float")] for s in summaries] == \
+        [["float32"], ["float16"]]  # weights; int64 shape constants beside them
+    python = os.environ.get("MXFP16_ONNXRUNTIME_PYTHON")
+    if python:  # onnxruntime reproduces MXNet's float32 logits, float16 within its rounding
+        data = np.random.RandomState(0).randint(0, 64, (2, 32)).astype(np.float32)
+        plain = mx.gluon.SymbolBlock.imports(prefix + "-symbol.json", ["data"],
+                                             prefix + "-0000.params")
+        reference = plain(mx.nd.array(data)).asnumpy()
+        for suffix, tolerance in (("", 1e-5), ("-float16", 1e-2)):
+            outputs = run_onnxruntime(python, f"{prefix}{suffix}.onnx", data)[0]
+            assert compare_outputs(reference, outputs)[0] < tolerance * max(
+                1.0, np.abs(reference).max())
