@@ -7,7 +7,7 @@ import gluonnlp as nlp
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import autograd
+from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
@@ -177,12 +177,48 @@ def test_a_cast_networks_dropout_draws_float32s_masks_from_the_same_seed(dtype):
 
 def test_a_float16_dropout_outside_the_graph_draws_other_masks_as_the_guide_says():
     """GluonNLP's WeightDropParameter runs nd.Dropout on the float16 weight it returns: MXNet's
-    CPU Dropout draws float16's mask from another stream than float32's."""
+    CPU random generator draws float16 numbers as doubles (two 32-bit draws each), float32 ones
+    as floats (one): other masks, and the stream left elsewhere."""
     draws = {}
-    for dtype in ("float32", "float16"):
+    for dtype in ("float32", "float16", "float64"):
         mx.random.seed(1)
         with autograd.train_mode():
             dropped = mx.nd.Dropout(mx.nd.ones((64, 64), dtype=dtype), p=0.5)
         draws[dtype] = dropped.asnumpy() != 0, mx.nd.random.uniform(shape=(4,)).asnumpy()
     assert not np.array_equal(draws["float32"][0], draws["float16"][0])
     assert not np.array_equal(draws["float32"][1], draws["float16"][1])
+    assert np.array_equal(draws["float16"][0], draws["float64"][0])  # both drawn as doubles
+    assert np.array_equal(draws["float16"][1], draws["float64"][1])
+
+
+def test_finetune_classifiers_update_trains_a_cast_bert_with_bertadam():
+    """scripts/bert/finetune_classifier.py's step (bertadam; allreduce_grads, GluonNLP's clipping
+    form, update), on a tiny random BERT, with the clipping drop-in."""
+    encoder = nlp.model.BERTEncoder(num_layers=1, units=16, hidden_size=32, max_length=16,
+                                    num_heads=2)
+    bert = nlp.model.BERTModel(encoder, vocab_size=40, token_type_vocab_size=2, units=16,
+                               embed_size=16, use_decoder=False, use_classifier=False)
+    model = nlp.model.BERTClassifier(bert, num_classes=2, dropout=0.0)
+    mx.random.seed(4)
+    model.initialize(mx.init.Normal(0.02))
+    model.hybridize(static_alloc=True)
+    model = mxfp16.cast_block(model, "float16")
+    rng = np.random.RandomState(0)
+    input_ids = mx.nd.array(rng.randint(0, 40, (8, 8)))
+    segment_ids, valid_length = mx.nd.zeros((8, 8)), mx.nd.array([8, 5, 3, 8, 6, 7, 8, 4])
+    label = mx.nd.array(input_ids[:, 0].asnumpy() % 2)
+    trainer = mxfp16.Trainer(model.collect_params(), "bertadam",
+                             {"learning_rate": 5e-3, "epsilon": 1e-6, "wd": 0.01},
+                             update_on_kvstore=False)
+    params = [p for p in model.collect_params().values() if p.grad_req != "null"]
+    loss_function = gluon.loss.SoftmaxCELoss()
+    losses = []
+    for _ in range(12):
+        with mx.autograd.record():
+            ls = loss_function(model(input_ids, segment_ids, valid_length), label).mean()
+        trainer.backward(ls)
+        trainer.allreduce_grads()
+        mxfp16.clip_grad_global_norm(params, 1)
+        assert trainer.update(1)
+        losses.append(float(ls.asscalar()))
+    assert np.all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
