@@ -22,8 +22,8 @@ from .block import CastBlock
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
-from .signature import (ImperativeCallError, block_inputs, call_structure, describe_call,
-                        describe_signature, imperative_call_error)
+from .signature import (block_inputs, call_structure, describe_call, describe_signature,
+                        imperative_call_error)
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
@@ -454,10 +454,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         names = _input_names(block, input_names)
         try:
             traced = tracer([mx.nd.zeros(1)] * len(names), names)
-        except ImperativeCallError:
-            raise
-        except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
-            if input_names is not None:
+        except (TypeError, ValueError, AssertionError, mx.base.MXNetError) as error:
+            # nd.* in hybrid_forward fails every trace: say so now, not at the first call
+            if input_names is not None or getattr(error, "method", None) == "hybrid_forward":
                 raise
             # Inputs that must be nested (a decoder's [memory, mask] states): traced at the first
             # call, which also casts the parameters; until then the graph holds the parameters.

@@ -24,11 +24,16 @@ _ND_ON_SYMBOL = re.compile(r"must have NDArray type, but got <Symbol")
 
 
 class ImperativeCallError(TypeError):
-    """A block's ``hybrid_forward`` calls ``mx.nd`` functions directly, so it cannot be traced."""
+    """A block's ``hybrid_forward`` (or own ``forward``) calls ``mx.nd`` functions directly, so it
+    cannot be traced; ``method`` names which."""
+
+    def __init__(self, message, method):
+        super().__init__(message)
+        self.method = method
 
 
 def _where(error):
-    """``(file:line, source line, function)`` of the innermost ``hybrid_forward`` or ``forward``
+    """``(method, file:line, source line)`` of the innermost ``hybrid_forward`` or ``forward``
     frame of ``error``'s traceback, or None."""
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if frame.name in ("hybrid_forward", "forward")]
@@ -36,7 +41,7 @@ def _where(error):
         return None
     frame = frames[-1]
     path = re.sub(r".*/(site|dist)-packages/", "", frame.filename)
-    return f"{path}:{frame.lineno}", (frame.line or "").strip()
+    return frame.name, f"{path}:{frame.lineno}", (frame.line or "").strip()
 
 
 def imperative_call_error(error, block):
@@ -57,15 +62,18 @@ def imperative_call_error(error, block):
     """
     if not _ND_ON_SYMBOL.search(str(error)):
         return None
-    where = _where(error)
-    place = f" ({where[0]}: `{where[1]}`)" if where else ""
+    method, place, line = _where(error) or ("hybrid_forward", "", "")
+    place = f" ({place}: `{line}`)" if place else ""
     name = type(block).__name__
+    fix = (f"Call it through hybrid_forward's F argument (F.Dropout for nd.Dropout), e.g. in a "
+           f"subclass of {name} that overrides hybrid_forward; a Dropout that acts only in "
+           "training can be left out of an evaluation model (GluonNLP's StandardRNN: dropout=0)"
+           if method == "hybrid_forward" else
+           f"Call the original {name} with float32 values, or cast the HybridBlocks it calls")
     return ImperativeCallError(
-        f"{name}.hybrid_forward calls an mxnet.nd function directly{place}: a cast network is "
-        "traced with Symbols, as hybridize() traces, and nd functions take only NDArrays. Call it "
-        f"through hybrid_forward's F argument (F.Dropout for nd.Dropout), e.g. in a subclass of "
-        f"{name} that overrides hybrid_forward; a Dropout that acts only in training can be left "
-        "out of an evaluation model (GluonNLP's StandardRNN: dropout=0)")
+        f"{name}.{method} calls an mxnet.nd function directly{place}: a cast network is traced "
+        f"with Symbols, as hybridize() traces, and nd functions take only NDArrays. {fix}",
+        method)
 
 
 def block_inputs(block):
