@@ -17,16 +17,21 @@ __all__ = ["keeps_master_weights", "multi_precision_optimizers", "check_optimize
 
 #: Optimizer classes already probed by :func:`keeps_master_weights`: class -> None or the reason.
 _PROBED = {}
+_UNPROBED = object()
+#: Why a class whose constructor needs arguments, given by name only, could not be probed.
+_NEEDS_ARGUMENTS = "its constructor needs arguments: pass an instance to check"
 
 
-def _probe(optimizer):
-    """Why ``optimizer`` keeps no float32 master copy of a float16 weight, or None when it does:
-    one multi-precision update of a float16 weight must move the float32 copy in its state and
-    leave the weight equal to that copy rounded."""
+def _probe(kind, template=None):
+    """Why optimizers of class ``kind`` keep no float32 master copy of a float16 weight, or None
+    when they do: one multi-precision update of a float16 weight must move the float32 copy in
+    the state and leave the weight equal to that copy rounded."""
     try:  # a fresh one: its counters and parameters are not the caller's
-        probe = type(optimizer)()
-    except TypeError:  # a constructor with required arguments
-        probe = copy.deepcopy(optimizer)
+        probe = kind()
+    except TypeError:  # a constructor with required arguments: a copy of the caller's
+        if template is None:
+            return _NEEDS_ARGUMENTS
+        probe = copy.deepcopy(template)
     probe.multi_precision, probe.lr_scheduler, probe.lr = True, None, 0.01
     probe.wd, probe.rescale_grad, probe.clip_gradient = 0.0, 1.0, None
     weight = mx.nd.ones((4,), dtype="float16")
@@ -45,24 +50,18 @@ def _probe(optimizer):
     return None
 
 
-def _master_weights_problem(optimizer):
-    """None if ``optimizer`` (an instance) keeps float32 master weights, else why not.  An
-    optimizer on the base Optimizer's master-copy path (float32 copy, ``update`` on it, rounded
-    back) keeps them; one with a multi-precision path of its own is probed once per class."""
-    kind = type(optimizer)
+def _master_weights_problem(kind, template=None):
+    """None if optimizers of class ``kind`` keep float32 master weights, else why not.  One on
+    the base Optimizer's master-copy path (float32 copy, ``update`` on it, rounded back) keeps
+    them; one with a multi-precision path of its own is probed once per class."""
     base = mx.optimizer.Optimizer
     if kind.create_state_multi_precision is base.create_state_multi_precision and \
             kind.update_multi_precision is base.update_multi_precision:
         return None
-    if kind not in _PROBED:
-        _PROBED[kind] = _probe(optimizer)
+    cached = _PROBED.get(kind, _UNPROBED)
+    if cached is _UNPROBED or (template is not None and cached == _NEEDS_ARGUMENTS):
+        _PROBED[kind] = _probe(kind, template)
     return _PROBED[kind]
-
-
-def _registered(key):
-    """A registered optimizer's default instance (None for an unknown name)."""
-    kind = mx.optimizer.Optimizer.opt_registry.get(key)
-    return None if kind is None else kind()
 
 
 def keeps_master_weights(optimizer):
@@ -88,9 +87,10 @@ def keeps_master_weights(optimizer):
     >>> keeps_master_weights('adam'), keeps_master_weights('lamb')
     (True, False)
     """
-    if not isinstance(optimizer, mx.optimizer.Optimizer):
-        optimizer = _registered(str(optimizer).lower())
-    return optimizer is not None and _master_weights_problem(optimizer) is None
+    if isinstance(optimizer, mx.optimizer.Optimizer):
+        return _master_weights_problem(type(optimizer), optimizer) is None
+    kind = mx.optimizer.Optimizer.opt_registry.get(str(optimizer).lower())
+    return kind is not None and _master_weights_problem(kind) is None
 
 
 def multi_precision_optimizers():
@@ -122,13 +122,14 @@ def check_optimizer(name, optimizer=None):
         master weights: naming the reason and the optimizers that keep them.
     """
     key = str(name).lower()
-    instance = optimizer if optimizer is not None else _registered(key)
-    if instance is None:
+    kind = type(optimizer) if optimizer is not None else \
+        mx.optimizer.Optimizer.opt_registry.get(key)
+    if kind is None:
         raise ValueError(f"unknown optimizer {name!r}: no optimizer is registered under that name "
                          "(mx.optimizer.register); import the package that registers it (GluonNLP's "
                          "'bertadam' needs `import gluonnlp`), or choose one of "
                          f"{', '.join(multi_precision_optimizers())}")
-    problem = _master_weights_problem(instance)
+    problem = _master_weights_problem(kind, optimizer)
     if problem is not None:
         raise ValueError(f"optimizer {name!r} keeps no float32 master weights with "
                          f"multi_precision=True ({problem}), which float16 and bfloat16 training "
