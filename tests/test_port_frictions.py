@@ -16,9 +16,9 @@ from mxfp16.casting.signature import ImperativeCallError
 VOCAB = 20
 
 
-def awd_lstm(train=True):
+def awd_lstm(train=True, drop=(0.4, 0.5, 0.2, 0.65, 0.1)):
     kind = nlp.model.train.AWDRNN if train else nlp.model.AWDRNN
-    return kind("lstm", VOCAB, 8, 8, 1, False, 0.4, 0.5, 0.2, 0.65, 0.1)
+    return kind("lstm", VOCAB, 8, 8, 1, False, *drop)
 
 
 def test_cast_block_keeps_the_originals_prefix_name_and_structure():
@@ -222,3 +222,57 @@ def test_finetune_classifiers_update_trains_a_cast_bert_with_bertadam():
         assert trainer.update(1)
         losses.append(float(ls.asscalar()))
     assert np.all(np.isfinite(losses)) and losses[-1] < 0.5 * losses[0]
+
+
+def detach(hidden):
+    return [detach(h) for h in hidden] if isinstance(hidden, (list, tuple)) else hidden.detach()
+
+
+def test_the_awd_lstm_scripts_calls_train_a_cast_model_on_two_devices(tmp_path):
+    """word_language_model.py's calls in its order, with the six edits of the guide: split over
+    two devices, detached hidden states, trainer.backward, trainer.clip_global_norm, NT-ASGD's
+    averaged weights saved by name and loaded into the cast evaluation model."""
+    context = [mx.cpu(0), mx.cpu(1)]
+    mx.random.seed(7)
+    drop = (0.1, 0.1, 0.1, 0.1, 0.0)  # the script's dropouts, smaller for a short run
+    model_eval = mxfp16.cast_block(awd_lstm(False, drop), "float16")
+    model = awd_lstm(True, drop)
+    model.initialize(mx.init.Xavier(), ctx=context)
+    model.hybridize(static_alloc=True)
+    model = mxfp16.cast_block(model, "float16")
+    trainer = mxfp16.Trainer(model.collect_params(), "sgd", {"learning_rate": 10, "momentum": 0,
+                                                             "wd": 0}, update_on_kvstore=False)
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    corpus = mx.nd.array(np.tile(np.arange(VOCAB), 16)[:, None] * np.ones((1, 4)))  # (T, batch)
+    parameters = model.collect_params()
+    hiddens = [model.begin_state(2, func=mx.nd.zeros, ctx=ctx) for ctx in context]
+    param_dict_avg, losses = None, []
+    for step, i in enumerate(range(0, len(corpus) - 11, 10)):
+        data, target = corpus[i:i + 10], corpus[i + 1:i + 11]
+        data_list = gluon.utils.split_and_load(data, context, batch_axis=1, even_split=True)
+        target_list = gluon.utils.split_and_load(target, context, batch_axis=1, even_split=True)
+        hiddens = detach(hiddens)
+        Ls = []
+        with autograd.record():
+            for j, (X, y, h) in enumerate(zip(data_list, target_list, hiddens)):
+                output, h, _, _ = model(X, h)
+                Ls.append(loss(output.reshape(-3, -1), y.reshape(-1,)) / (len(context) * X.size))
+                hiddens[j] = h
+        trainer.backward(Ls)
+        trainer.clip_global_norm(0.25)
+        if step == 8:
+            param_dict_avg = {k.split(model._prefix)[1]: v.data(context[0]).copy()
+                              for k, v in parameters.items()}
+        trainer.step(1)
+        if param_dict_avg is not None:
+            for name, param_avg in param_dict_avg.items():
+                param_avg[:] += 0.5 * (parameters[f"{model._prefix}{name}"].data(context[0])
+                                       - param_avg)
+        losses.append(sum(float(L.sum().asscalar()) for L in Ls))
+    assert np.all(np.isfinite(losses)) and np.mean(losses[-4:]) < 0.6 * np.mean(losses[:4])
+    path = str(tmp_path / "model.params.val.params")
+    mx.nd.save(path, param_dict_avg)
+    model_eval.load_parameters(path, context)
+    hidden = model_eval.begin_state(batch_size=4, func=mx.nd.zeros, ctx=context[0])
+    output, _ = model_eval(corpus[:10], hidden)
+    assert output.shape == (10, 4, VOCAB) and np.all(np.isfinite(output.asnumpy()))
