@@ -100,12 +100,22 @@ class CastBlock(gluon.SymbolBlock):
         # The original's other methods (GluonNLP's decoder.init_state_from_encoder, begin_state),
         # not as a child: its Parameters are this block's already.
         object.__setattr__(self, "_original", original)
+        self._cast_dtype = dtype
+        if original is not None:  # scripts read them: GluonNLP's k.split(model._prefix)
+            self._prefix, self._name = original.prefix, original.name
 
     def __getattr__(self, name):
         original = self.__dict__.get("_original")
         if original is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(original, name)
+
+    def __repr__(self):
+        original = self.__dict__.get("_original")
+        if original is None:
+            return super().__repr__()
+        inner = "\n".join("  " + line for line in repr(original).splitlines())
+        return f"{type(self).__name__}(dtype={self._cast_dtype!r},\n{inner}\n)"
 
     @property
     def graphs(self):
@@ -249,7 +259,10 @@ class CastBlock(gluon.SymbolBlock):
         values, extra = {}, []
         for key, value in (loaded.items() if isinstance(loaded, dict) else []):
             name = key[4:] if key.startswith(("arg:", "aux:")) else key
-            param = self.param_keys.get(name) or by_name.get(name)
+            # Names without the block's prefix too, as gluon's load_parameters restores it
+            # (GluonNLP's AWD-LSTM saves its averaged weights so).
+            param = self.param_keys.get(name) or by_name.get(name) or \
+                by_name.get(self.prefix + name)
             if param is None:
                 extra.append(key)
             else:
