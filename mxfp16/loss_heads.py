@@ -11,10 +11,20 @@ the loss scale would train at 1/scale, silently.
 * ops recorded one by one (a loss block that is not hybridized, as GluonCV's segmentation losses
   cannot be) are read from ``autograd.get_symbol`` of the loss (about 2 ms for an imperative
   ResNet-50);
-* a hybridized block is one opaque ``_CachedOp`` node there, so a graph that holds one is probed
-  once: a backward with zero head gradients leaves every gradient zero unless an op ignores its head
-  gradient.  The answer is kept per graph (its ops and the output names of its blocks), so a training
-  loop pays the probe once.
+* a hybridized block is one opaque ``_CachedOp`` node there, named by its outputs: its ops are read
+  from the graph of the live block with those outputs (``HybridBlock._cached_graph``), once per
+  graph.  No extra backward runs: a second backward over a recorded graph is not the first one
+  again (MXNet's ``Dropout`` passes the gradient unmasked from its second backward on), so a probe
+  would change the step it runs in, and a resumed loop would no longer repeat the uninterrupted
+  one bit for bit.
+* only a ``_CachedOp`` whose block is gone (a hybridized loss block made anew in every step, or a
+  ``CachedOp`` made by hand) is probed: a backward with zero head gradients leaves every gradient
+  zero unless an op ignores its head gradient.  That probe has the effect above on its step (once
+  per graph, so in every step where each new block has a new name); keep such a loss block from
+  step to step to avoid it.
+
+The answer is kept per graph (its ops and the output names of its blocks), so a training loop
+pays the look-up once.
 """
 import json
 import logging
@@ -24,6 +34,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
+from . import mxnet_internals
 from .dtypes import LOSS_HEADS
 
 log = logging.getLogger(__name__)
@@ -34,17 +45,51 @@ _NODE_COUNTER = re.compile(r"^node_\d+_|^(null|var)\d+$")
 
 
 def _graph(heads):
-    """``(ops, key)`` of the recorded graph behind ``heads``: the op names, and what identifies the
-    graph from one step to the next."""
-    ops, names = [], []
+    """``(ops, key, cached)`` of the recorded graph behind ``heads``: the op names, what identifies
+    the graph from one step to the next, and ``(output names, number of inputs)`` of each
+    ``_CachedOp`` node."""
+    ops, names, cached = [], [], []
     for head in heads:
         try:
             sym = autograd.get_symbol(head)
         except mx.base.MXNetError:  # not recorded: no graph, no op to find
             continue
-        ops += [node["op"] for node in json.loads(sym.tojson())["nodes"] if node["op"] != "null"]
-        names += [_NODE_COUNTER.sub("", name) for name in sym.get_internals().list_outputs()]
-    return ops, (tuple(ops), tuple(names))
+        graph = json.loads(sym.tojson())
+        outputs = sym.get_internals().list_outputs()
+        rows = graph["node_row_ptr"]
+        for index, node in enumerate(graph["nodes"]):
+            if node["op"] == "_CachedOp":  # outputs named "<node name>_<block output name>"
+                cached.append((tuple(name[len(node["name"]) + 1:]
+                                     for name in outputs[rows[index]:rows[index + 1]]),
+                               len(node["inputs"])))
+        ops += [node["op"] for node in graph["nodes"] if node["op"] != "null"]
+        names += [_NODE_COUNTER.sub("", name) for name in outputs]
+    return ops, (tuple(ops), tuple(names)), cached
+
+
+def _symbol_ops(graph):
+    """Every op of a graph in JSON form, those in subgraphs (partitioned graphs) included."""
+    ops = []
+    for node in graph["nodes"]:
+        if node["op"] != "null":
+            ops.append(node["op"])
+        for subgraph in node.get("subgraphs", ()):
+            ops += _symbol_ops(subgraph)
+    return ops
+
+
+def _cached_ops(cached):
+    """``(found, unknown)``: the head-ignoring ops of the live hybridized blocks whose graphs
+    have the outputs (names) and the number of inputs of the ``_CachedOp`` nodes (``cached``), and
+    the nodes without such a block."""
+    wanted = set(cached)
+    graphs = {}
+    for sym in mxnet_internals.hybridized_graphs():
+        signature = (tuple(sym.list_outputs()), len(sym.list_inputs()))
+        if signature in wanted:
+            graphs.setdefault(signature, set()).update(_symbol_ops(json.loads(sym.tojson())))
+    found = set().union(*graphs.values()) & LOSS_HEADS
+    return sorted(found), [signature for signature in cached if signature not in graphs]
 
 
 def visible_head_ignoring_ops(heads):
@@ -72,7 +117,7 @@ def visible_head_ignoring_ops(heads):
     >>> visible_head_ignoring_ops([loss])
     ['MakeLoss']
     """
-    ops, _ = _graph(heads)
+    ops, _, _ = _graph(heads)
     return sorted(set(ops) & LOSS_HEADS)
 
 
@@ -87,7 +132,9 @@ def _nonzero_anywhere(arrays):
 
 def _probe(heads, grads):
     """Whether a backward with zero head gradients writes any non-zero gradient (it does only
-    through an op that ignores its head gradient).  Gradients that accumulate (``grad_req='add'``)
+    through an op that ignores its head gradient).  Only for a ``_CachedOp`` whose block is gone:
+    the real backward after it is a second one, through which a recorded ``Dropout`` passes the
+    gradient unmasked.  Gradients that accumulate (``grad_req='add'``)
     are restored afterwards.  The probe runs in predict mode: in training mode, oneDNN's BatchNorm
     updates its running statistics in backward, and would update them twice."""
     with autograd.pause():  # trainer.backward may be called inside autograd.record()
@@ -103,8 +150,10 @@ def _probe(heads, grads):
 class HeadCheck:
     """Per-graph answers to: do the gradients of these losses ignore the head gradient?
 
-    One per Trainer (the probe reads that Trainer's gradients).  Each answer is the list of ops
-    found, ``['a hybridized block']`` when only the probe could tell, or empty.
+    One per Trainer (the probe of a hybridized block that is gone reads that Trainer's
+    gradients).  Each answer is the list of ops found, ``['a hybridized block']`` when only the
+    probe could tell, or empty.  A hybridized block's ops are read from its graph, with no extra
+    backward.
 
     Examples
     --------
@@ -129,17 +178,20 @@ class HeadCheck:
         heads : list of NDArray
             The losses, inside or just after ``autograd.record()``, before their backward.
         grads : list of NDArray
-            The gradient arrays that backward writes (for the probe of hybridized blocks).
+            The gradient arrays that backward writes (for the probe of a hybridized block that is
+            gone).
 
         Returns
         -------
         list of str
         """
-        ops, key = _graph(heads)
+        ops, key, cached = _graph(heads)
         if key not in self._answers:
             found = sorted(set(ops) & LOSS_HEADS)
-            if not found and "_CachedOp" in ops and _probe(heads, grads):
-                found = ["a hybridized block"]
+            if not found and cached:
+                found, unknown = _cached_ops(cached)
+                if not found and unknown and _probe(heads, grads):
+                    found = ["a hybridized block"]
             self._answers[key] = found
         return self._answers[key]
 

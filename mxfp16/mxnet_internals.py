@@ -25,6 +25,34 @@ def symbol_block_graph(block):
     return block._cached_graph
 
 
+def hybridized_graphs():
+    """The graphs that live hybridized blocks run as ``_CachedOp``: ``block._cached_graph[1]`` of
+    every ``gluon.HybridBlock`` (``SymbolBlock`` included) whose ``block._cached_op`` is built.
+
+    The blocks are found among the objects the garbage collector tracks, after a collection: a
+    block nothing refers to any more is gone then, whenever the collector last ran, so the answer
+    does not depend on its timing.  It costs a collection (about 0.3 s in a process with GluonCV
+    and a ResNet-50): call it rarely.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> net = mx.gluon.nn.Dense(2, in_units=3, prefix='probe_dense_')
+    >>> net.initialize()
+    >>> net.hybridize()
+    >>> _ = net(mx.nd.ones((1, 3)))
+    >>> [g.list_outputs() for g in hybridized_graphs() if 'probe_dense_' in g.list_outputs()[0]]
+    [['probe_dense_fwd_output']]
+    """
+    import gc
+
+    from mxnet import gluon
+    gc.collect()
+    return [obj._cached_graph[1] for obj in gc.get_objects()
+            if issubclass(type(obj), gluon.HybridBlock)
+            and getattr(obj, "_cached_op", None) is not None and obj._cached_graph]
+
+
 def trainer_params(trainer):
     """The Parameters a ``gluon.Trainer`` updates, in its order (``trainer._params``)."""
     return trainer._params

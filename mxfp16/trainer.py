@@ -202,7 +202,8 @@ class Trainer(gluon.Trainer):
         (``SoftmaxOutput``, ``MakeLoss``, the ``*RegressionOutput`` ops: GluonCV's segmentation
         losses), the scale could not reach the gradients, so that backward runs unscaled and the
         step divides by 1: the update is float32's, and float16 gradients below 2**-24 flush to
-        zero (logged once).  Found in the recorded graph; a hybridized block is probed once.
+        zero (logged once).  Found in the recorded graph (a hybridized block's in its own
+        graph), with no extra backward.
 
         Parameters
         ----------

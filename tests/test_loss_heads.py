@@ -161,24 +161,49 @@ def test_raw_scaler_refuses_a_head_ignoring_loss():
     assert mxfp16.StaticLossScaler(1).scale(loss).asscalar() == 6.0  # scale 1: nothing lost
 
 
-def test_probe_keeps_accumulated_gradients_and_runs_once(monkeypatch):
-    """The probe of a hybridized loss restores gradients that accumulate (grad_req='add'), and a
-    training loop pays it once per graph."""
+def count_probes(monkeypatch):
     from mxfp16 import loss_heads
     calls = []
     probe = loss_heads._probe
     monkeypatch.setattr(loss_heads, "_probe", lambda *a: calls.append(1) or probe(*a))
+    return calls
+
+
+def test_a_live_hybridized_loss_is_read_from_its_graph_without_a_probe(monkeypatch):
+    """A hybridized loss block kept from step to step is found in its own graph: no extra
+    backward, and the gradients are the backward's own."""
+    calls = count_probes(monkeypatch)
     net = nn.Dense(3, in_units=4)
     net.initialize()
     net.hybridize()
     loss_fn = SoftmaxOutputLoss()
     loss_fn.hybridize()
-    net.weight.grad_req = "add"
     net.weight.grad()[:] = 7.0
-    check = loss_heads.HeadCheck()
-    for _ in range(3):
+    check = mxfp16.loss_heads.HeadCheck()
+    for _ in range(2):
         with autograd.record():
             loss = loss_fn(net(mx.nd.ones((2, 4))).reshape((2, 3, 1)), mx.nd.zeros((2, 1)))
+        assert check.ops([loss], [net.weight.grad()]) == ["SoftmaxOutput"]
+        assert (net.weight.grad().asnumpy() == 7.0).all()
+    assert not calls
+
+
+def test_probe_of_a_block_that_is_gone_keeps_accumulated_gradients_and_runs_once(monkeypatch):
+    """A hybridized loss block made anew in every step is gone at the backward: it is probed,
+    once per graph, and gradients that accumulate (grad_req='add') are restored."""
+    calls = count_probes(monkeypatch)
+    net = nn.Dense(3, in_units=4)
+    net.initialize()
+    net.hybridize()
+    net.weight.grad_req = "add"
+    net.weight.grad()[:] = 7.0
+    check = mxfp16.loss_heads.HeadCheck()
+    for _ in range(3):
+        with autograd.record():
+            loss_fn = SoftmaxOutputLoss(prefix="loss_")  # the same graph, by a new block
+            loss_fn.hybridize()
+            loss = loss_fn(net(mx.nd.ones((2, 4))).reshape((2, 3, 1)), mx.nd.zeros((2, 1)))
+            del loss_fn
         assert check.ops([loss], [net.weight.grad()]) == ["a hybridized block"]
         assert (net.weight.grad().asnumpy() == 7.0).all()
     assert len(calls) == 1
@@ -189,3 +214,36 @@ def test_trainer_logs_once(caplog):
         one_update(mix_loss, "float16", 1024.0, steps=2)
     messages = [r.getMessage() for r in caplog.records if "SoftmaxOutput" in r.getMessage()]
     assert len(messages) == 1 and "back-propagated unscaled" in messages[0]
+
+
+def test_a_trainer_first_used_at_a_later_step_trains_as_one_used_from_the_start(tmp_path):
+    """Finding the loss heads changes no step: a new Trainer that starts at step 2 with the old
+    one's states (a resumed loop's) ends with the weights of the one that ran steps 0 to 2, with
+    Dropout in the hybridized network (a second backward over a recorded Dropout, after a probe,
+    would pass the gradient unmasked)."""
+    def run(new_trainer_at):
+        mx.random.seed(0)
+        net = nn.HybridSequential()
+        net.add(nn.Dense(8, activation="relu", in_units=6), nn.Dropout(0.5),
+                nn.Dense(CLASSES, in_units=8))
+        net.initialize(mx.init.Xavier())
+        net = mxfp16.cast_block(net, "float16")
+        data = mx.nd.array(np.random.RandomState(0).randn(4, 6))
+        trainer = None
+        for step in range(3):
+            if step in (0, new_trainer_at):
+                new = mxfp16.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5},
+                                     dtype="float16", loss_scale=1024.0)
+                if trainer is not None:  # the float32 master weights go on
+                    trainer.save_states(str(tmp_path / "states"))
+                    new.load_states(str(tmp_path / "states"))
+                trainer = new
+            mxfp16.seed_step(1, step)  # the dropout masks of the step
+            with autograd.record():
+                loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(data), mx.nd.array([0, 1, 2, 0]))
+            trainer.backward(loss)
+            assert trainer.step(4)
+        return [p.data().asnumpy() for p in net.collect_params().values()]
+
+    for from_start, resumed in zip(run(None), run(2)):
+        assert (from_start == resumed).all()
