@@ -6,10 +6,11 @@ The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files
 * ``PREFIX-NNNN.params``: float32 parameters named ``arg:...`` / ``aux:...``, so the pair is an
   ordinary MXNet checkpoint (``mx.model.load_checkpoint``, ``SymbolBlock.imports``) whatever the
   training dtype; the float32 master weights of float16 training are in the optimizer state;
-* ``PREFIX-NNNN.states``: the optimizer state as MXNet writes it (``Trainer.save_states``,
-  ``Module.save_optimizer_states``);
+* ``PREFIX-NNNN.states``: the optimizer state as arrays plus JSON, never a pickle
+  (:mod:`mxfp16.optimizer_states`): it cannot run code when it is read;
 * ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
-  ``LossScaler.state_dict_key``), metrics, the resolved configuration and the sizes of the other files.
+  ``LossScaler.state_dict_key``), metrics, the resolved configuration, and the size and SHA-256 of
+  each of the other files.
 
 A mid-epoch checkpoint (``--save-steps``, ``--save-minutes``, or a stop on SIGTERM/SIGINT) is
 ``PREFIX-NNNN+BBBBBB``: ``NNNN`` epochs and ``BBBBBB`` batches of the next epoch done, with the same
@@ -23,6 +24,13 @@ exists once its JSON file does, so a process killed during a save leaves the pre
 loadable and no half-written one that looks complete; and since the JSON file records the other
 files' sizes, a checkpoint cut short anyway (a machine that died before the disk had everything) is
 passed over when resuming from ``PREFIX``, for the newest complete one.
+
+Loading recomputes the SHA-256 of every file: a checkpoint damaged after its save (bit flips of the
+same size included) is passed over with one warning naming the file, or, named explicitly, is one
+error.  Parameters that are not finite are refused, naming the parameter.  The graph file is shared
+by all checkpoints and not needed to resume (the network comes from ``--network``): a damaged one is
+named in a warning and rewritten by the next save.  Checkpoints written before checksums load with
+a note; their ``.states`` file is a pickle, read only with ``--allow-pickle``.
 """
 import glob
 import json
@@ -34,11 +42,13 @@ from dataclasses import dataclass
 import mxnet as mx
 
 from ..atomic_files import StagedFiles
+from ..checkpoint_files import damaged_files, non_finite_name
 from ..models import Network
+from ..optimizer_states import is_pickle_file
 
 #: Written into every JSON file, checked when loading.
 CHECKPOINT_FORMAT = "mxfp16-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 log = logging.getLogger("mxfp16.train")
 
@@ -116,6 +126,11 @@ class Checkpoint:
     batch: int = 0
 
     @property
+    def states_pickled(self):
+        """Whether the ``.states`` file is a pickle (a checkpoint written before version 2)."""
+        return is_pickle_file(self.states_path)
+
+    @property
     def devices_path(self):
         """The ``.devices`` file (each device's auxiliary states), None without."""
         path = checkpoint_paths(self.prefix, self.epoch, self.batch).devices
@@ -160,17 +175,42 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
     paths = checkpoint_paths(prefix, epoch, batch)
     params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
-    with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
-        files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False))
-        files.write(paths.params, lambda p: mx.nd.save(p, params))
-        files.write(paths.states, save_states)
-        if device_aux:
-            files.write(paths.devices, lambda p: mx.nd.save(p, device_aux))
-        record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
-                      batch=batch, files=files.sizes(),
-                      **{scaler.state_dict_key: scaler.state_dict()})
-        files.write(paths.meta, lambda p: _write_json(p, record))
+    try:
+        with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
+            files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False))
+            files.write(paths.params, lambda p: mx.nd.save(p, params))
+            files.write(paths.states, save_states)
+            if device_aux:
+                files.write(paths.devices, lambda p: mx.nd.save(p, device_aux))
+            record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
+                          batch=batch, files=files.sizes(), sha256=files.digests(),
+                          **{scaler.state_dict_key: scaler.state_dict()})
+            files.write(paths.meta, lambda p: _write_json(p, record))
+    except (OSError, mx.base.MXNetError) as error:
+        raise CheckpointWriteError(checkpoint_name(prefix, epoch, batch), prefix, error) from None
     return paths
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (disk full, file size limit, read-only folder): the
+    message names it, the cause and the fix; the checkpoints before are intact."""
+
+    def __init__(self, name, prefix, error):
+        cause = error.strerror if isinstance(error, OSError) and error.strerror else \
+            _first_line(error)
+        super().__init__(f"checkpoint {name} could not be written ({cause}): the checkpoints saved "
+                         "before are intact and no temporary file is left; free disk space, raise "
+                         "the file size limit (ulimit -f) or make the folder writable, then resume "
+                         f"with --resume {prefix}")
+
+
+def _first_line(error):
+    """The informative first line of an exception (MXNet's carry a C++ stack trace)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    for line in lines:
+        if "Stack trace" not in line and not line.startswith(("[bt]", "File ")):
+            return line[:160]
+    return lines[0][:160] if lines else type(error).__name__
 
 
 def _write_json(path, record):
@@ -283,15 +323,35 @@ def _read_meta(path):
     return meta
 
 
-def _check_sizes(paths, meta):
+def _check_files(paths, meta):
+    """Raise for the first damaged file of the checkpoint (the shared graph file left out: see
+    :func:`_load_symbol`)."""
     folder = os.path.dirname(paths.meta)
-    for name, size in meta.get("files", {}).items():
-        path = os.path.join(folder, name)
-        actual = os.path.getsize(path) if os.path.isfile(path) else None
-        if actual != size:
-            found = "is missing" if actual is None else f"has {actual} bytes, not {size}"
-            raise CheckpointError(f"checkpoint file {path!r} {found}: the checkpoint is incomplete "
-                                  "or was overwritten; resume from another epoch")
+    symbol = os.path.basename(paths.symbol)
+    sizes = {k: v for k, v in meta.get("files", {}).items() if k != symbol}
+    for path, why in damaged_files(folder, sizes, meta.get("sha256", {})):
+        raise CheckpointError(f"checkpoint file {path!r} {why}: the checkpoint is incomplete, "
+                              "damaged or was overwritten; resume from another checkpoint")
+
+
+def _load_symbol(paths, meta):
+    """The graph, or None with a warning naming the file when it is damaged (resuming rebuilds the
+    graph from --network; the next save rewrites the file)."""
+    name = os.path.basename(paths.symbol)
+    recorded = {k: v for k, v in meta.get("sha256", {}).items() if k == name}
+    size = meta.get("files", {}).get(name)
+    problems = damaged_files(os.path.dirname(paths.meta), {name: size}, recorded) \
+        if size is not None else []
+    try:
+        if not problems:
+            return mx.sym.load(paths.symbol)
+        why = problems[0][1]
+    except mx.base.MXNetError as error:
+        why = f"cannot be read ({_first_line(error)})"
+    log.warning("graph file %s %s: not needed to resume (the graph comes from --network; the next "
+                "checkpoint rewrites it); to use the checkpoint elsewhere, restore the file or "
+                "export the network again", paths.symbol, why)
+    return None
 
 
 def load_checkpoint(spec):
@@ -347,14 +407,22 @@ def _load(prefix, epoch, batch):
     paths = checkpoint_paths(prefix, epoch, batch)
     name = checkpoint_name(prefix, epoch, batch)
     meta = _read_meta(paths.meta)
-    _check_sizes(paths, meta)
+    _check_files(paths, meta)
+    if "sha256" not in meta:
+        log.warning("checkpoint %s was saved without checksums (before mxfp16's checkpoint version "
+                    "2): loaded without verifying its files", name)
     try:
-        symbol = mx.sym.load(paths.symbol)
         saved = mx.nd.load(paths.params)
     except mx.base.MXNetError as error:
-        raise CheckpointError(f"checkpoint {name} cannot be read "
-                              f"({str(error).strip().splitlines()[0][:120]}): resume from "
-                              "another epoch") from None
+        raise CheckpointError(f"checkpoint file {paths.params!r} cannot be read "
+                              f"({_first_line(error)}): resume from another checkpoint") from None
+    bad = non_finite_name(saved)
+    if bad is not None:
+        raise CheckpointError(f"checkpoint file {paths.params!r} holds NaN or infinite values in "
+                              f"parameter {bad.split(':', 1)[-1]!r}: it was saved after training "
+                              "diverged and cannot be trained on; resume from an earlier "
+                              "checkpoint (and lower --lr or use a loss scaler)")
+    symbol = _load_symbol(paths, meta)
     arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
     return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta,
