@@ -334,6 +334,38 @@ def _check_files(paths, meta):
                               "damaged or was overwritten; resume from another checkpoint")
 
 
+def verify_mxnet_files(prefix, epoch):
+    """Verify the files of ``PREFIX-symbol.json`` + ``PREFIX-NNNN.params`` against the checksums
+    of the mxfp16 checkpoint they belong to, if they belong to one (a fine-tuning start): the graph
+    file counts too, since fine-tuning needs it.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the damaged file.
+    """
+    paths = checkpoint_paths(prefix, epoch)
+    if not os.path.isfile(paths.meta):
+        return
+    meta = _read_meta(paths.meta)
+    names = {os.path.basename(paths.symbol), os.path.basename(paths.params)}
+    sizes = {k: v for k, v in meta.get("files", {}).items() if k in names}
+    for path, why in damaged_files(os.path.dirname(paths.meta), sizes, meta.get("sha256", {})):
+        raise CheckpointError(f"checkpoint file {path!r} {why}: it is damaged or was overwritten; "
+                              "fine-tune from another checkpoint (--load-epoch)")
+
+
+def check_finite(arrays, source):
+    """Raise :class:`CheckpointError` naming the first parameter of ``arrays`` that holds NaN or
+    infinity (``source`` names the file)."""
+    bad = non_finite_name(arrays)
+    if bad is not None:
+        raise CheckpointError(f"{source} holds NaN or infinite values in parameter "
+                              f"{bad.split(':', 1)[-1]!r}: it was saved after training diverged "
+                              "and cannot be trained on; use an earlier checkpoint (and lower --lr "
+                              "or use a loss scaler)")
+
+
 def _load_symbol(paths, meta):
     """The graph, or None with a warning naming the file when it is damaged (resuming rebuilds the
     graph from --network; the next save rewrites the file)."""
@@ -416,12 +448,7 @@ def _load(prefix, epoch, batch):
     except mx.base.MXNetError as error:
         raise CheckpointError(f"checkpoint file {paths.params!r} cannot be read "
                               f"({_first_line(error)}): resume from another checkpoint") from None
-    bad = non_finite_name(saved)
-    if bad is not None:
-        raise CheckpointError(f"checkpoint file {paths.params!r} holds NaN or infinite values in "
-                              f"parameter {bad.split(':', 1)[-1]!r}: it was saved after training "
-                              "diverged and cannot be trained on; resume from an earlier "
-                              "checkpoint (and lower --lr or use a loss scaler)")
+    check_finite(saved, f"checkpoint file {paths.params!r}")
     symbol = _load_symbol(paths, meta)
     arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}

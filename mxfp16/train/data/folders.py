@@ -10,6 +10,7 @@ from mxnet.gluon.data.vision import transforms
 
 from ... import mxnet_internals
 from .augmentation import FolderAugmenter, normalised_tensor, recipe_of
+from .workers import WorkerLoader
 from .base import (
     COLOR_JITTER,
     CROP_RATIO,
@@ -279,8 +280,8 @@ class _LoaderIter(FixedShapeIter):
 
 def _loader_iter(items, transform, batch_size, image_shape, shuffle, num_workers):
     dataset = gluon.data.SimpleDataset(list(items)).transform_first(_read_image)
-    loader = gluon.data.DataLoader(dataset.transform_first(transform), batch_size=batch_size,
-                                   shuffle=shuffle, last_batch="keep", num_workers=num_workers)
+    loader = WorkerLoader(dataset.transform_first(transform), batch_size=batch_size,
+                          shuffle=shuffle, last_batch="keep", num_workers=num_workers)
     return _LoaderIter(loader, batch_size, image_shape)
 
 
