@@ -10,11 +10,13 @@ each file of its checkpoint, and loading recomputes them, so a file damaged afte
 import fcntl
 import glob
 import hashlib
+import json
 import os
 
 import numpy as np
 
-__all__ = ["sha256_file", "damaged_files", "PrefixLock", "PrefixInUse", "remove_stale_temporaries",
+__all__ = ["sha256_file", "damaged_files", "seal", "seal_broken", "PrefixLock", "PrefixInUse",
+           "remove_stale_temporaries",
            "check_writable", "non_finite_name"]
 
 #: The suffix :class:`mxfp16.atomic_files.StagedFiles` gives a file being written (and its PID).
@@ -39,6 +41,34 @@ def sha256_file(path):
         for chunk in iter(lambda: data.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+#: The key under which a marker records the SHA-256 of its own other contents.
+SEAL_KEY = "marker_sha256"
+
+
+def _canonical(record):
+    text = json.dumps({k: v for k, v in record.items() if k != SEAL_KEY}, indent=1, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def seal(record):
+    """``record`` with the SHA-256 of its own JSON text, so a marker damaged after it was written
+    (a flipped digit of the learning rate, say) is found too.
+
+    Examples
+    --------
+    >>> sealed = seal({'epoch': 2, 'lr': 0.1})
+    >>> seal_broken(sealed), seal_broken(dict(sealed, lr=0.2)), seal_broken({'epoch': 2})
+    (False, True, False)
+    """
+    return dict(record, **{SEAL_KEY: _canonical(record)})
+
+
+def seal_broken(record):
+    """Whether a marker read back has other contents than when :func:`seal` sealed it (False for a
+    marker written before seals)."""
+    return SEAL_KEY in record and record[SEAL_KEY] != _canonical(record)
 
 
 def damaged_files(folder, sizes, digests):

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .atomic_files import StagedFiles
-from .checkpoint_files import damaged_files, non_finite_name
+from .checkpoint_files import damaged_files, non_finite_name, seal, seal_broken
 from .optimizer_states import PICKLE_RISK, is_pickle_file, load_trainer_states, save_trainer_states
 
 __all__ = ["TrainingState", "save_training_state", "load_training_state",
@@ -106,7 +106,7 @@ def _files(name, num_nets, num_trainers):
 
 def _write_json(path, record):
     with open(path, "w") as out:
-        json.dump(record, out, indent=1, sort_keys=True)
+        json.dump(seal(record), out, indent=1, sort_keys=True)
 
 
 def _random_states():
@@ -186,6 +186,8 @@ def _problem(name):
         return f"{name}.json cannot be read ({error})"
     if not isinstance(record, dict) or record.get("format") != STATE_FORMAT:
         return f"{name}.json is not an mxfp16 training state"
+    if seal_broken(record):
+        return f"{name}.json has other contents than when it was saved (SHA-256 differs)"
     for path, why in damaged_files(os.path.dirname(name), record.get("files", {}),
                                    record.get("sha256", {})):
         return f"{path} {why}"

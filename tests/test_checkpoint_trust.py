@@ -4,15 +4,11 @@ signals sent to the whole process group, write failures and bad flags one line e
 
 Signals are sent when the log shows the batch was reached, never after a fixed sleep.
 """
-import glob
-import json
 import os
-import pickle
 import signal
 import subprocess
 import sys
 
-import mxnet as mx
 import pytest
 
 from conftest import SCRIPTS_DIR, load_script_main

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import mxnet as mx
 
 from ..atomic_files import StagedFiles
-from ..checkpoint_files import damaged_files, non_finite_name
+from ..checkpoint_files import damaged_files, non_finite_name, seal, seal_broken
 from ..models import Network
 from ..optimizer_states import is_pickle_file
 
@@ -215,7 +215,7 @@ def _first_line(error):
 
 def _write_json(path, record):
     with open(path, "w") as out:
-        json.dump(record, out, indent=1, sort_keys=True)
+        json.dump(seal(record), out, indent=1, sort_keys=True)
 
 
 def saved_positions(prefix):
@@ -320,6 +320,9 @@ def _read_meta(path):
         raise CheckpointError(f"{path!r} is not an mxfp16 checkpoint file (no format "
                               f"{CHECKPOINT_FORMAT!r}): pass a checkpoint written by the training "
                               "scripts")
+    if seal_broken(meta):
+        raise CheckpointError(f"checkpoint file {path!r} has other contents than when it was saved "
+                              "(its SHA-256 differs): it is damaged; resume from another checkpoint")
     return meta
 
 
@@ -454,42 +457,3 @@ def _load(prefix, epoch, batch):
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
     return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta,
                       batch)
-
-
-def _examples(names):
-    names = sorted(names)
-    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-
-
-def check_fits(params, expected, source, hint):
-    """Raise :class:`CheckpointError` unless ``params`` has exactly ``expected``'s names and shapes.
-
-    Parameters
-    ----------
-    params, expected : dict of str to NDArray
-        Saved values and the network's (arguments and auxiliary states together).
-    source : str
-        What the values come from, for the message.
-    hint : str
-        How to fix a mismatch, for the message.
-
-    Examples
-    --------
-    >>> import mxnet as mx
-    >>> check_fits({'w': mx.nd.zeros((2, 3))}, {'w': mx.nd.zeros((4, 3))}, 'run-0001',
-    ...            'pass --num-classes 2')  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    mxfp16...CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...
-    """
-    missing = set(expected) - set(params)
-    unexpected = set(params) - set(expected)
-    wrong = [f"{name} {params[name].shape} vs {expected[name].shape}"
-             for name in sorted(set(params) & set(expected))
-             if params[name].shape != expected[name].shape]
-    problems = [f"{len(names)} {what} parameter(s) ({_examples(names)})"
-                for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
-    if wrong:
-        problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
-    if problems:
-        raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")

@@ -4,7 +4,7 @@ import dataclasses
 import logging
 
 from ..optimizer_states import PICKLE_RISK
-from .checkpoint import CheckpointError, check_fits, load_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint
 
 log = logging.getLogger("mxfp16.train")
 
@@ -30,6 +30,45 @@ class StartPoint:
 #: depend on it follow the new value from the resumed batch on.)
 MID_EPOCH_SETTINGS = ("batch_size", "data_dir", "data_train", "synthetic", "num_examples",
                       "max_batches", "val_fraction", "seed")
+
+
+def _examples(names):
+    names = sorted(names)
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def check_fits(params, expected, source, hint):
+    """Raise :class:`CheckpointError` unless ``params`` has exactly ``expected``'s names and shapes.
+
+    Parameters
+    ----------
+    params, expected : dict of str to NDArray
+        Saved values and the network's (arguments and auxiliary states together).
+    source : str
+        What the values come from, for the message.
+    hint : str
+        How to fix a mismatch, for the message.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> check_fits({'w': mx.nd.zeros((2, 3))}, {'w': mx.nd.zeros((4, 3))}, 'run-0001',
+    ...            'pass --num-classes 2')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mxfp16...CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...
+    """
+    missing = set(expected) - set(params)
+    unexpected = set(params) - set(expected)
+    wrong = [f"{name} {params[name].shape} vs {expected[name].shape}"
+             for name in sorted(set(params) & set(expected))
+             if params[name].shape != expected[name].shape]
+    problems = [f"{len(names)} {what} parameter(s) ({_examples(names)})"
+                for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
+    if wrong:
+        problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
+    if problems:
+        raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")
 
 
 def check_mid_epoch_resume(checkpoint, config, num_workers, batches_per_epoch):
