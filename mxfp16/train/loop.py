@@ -477,4 +477,5 @@ def data_settings(config):
                 num_threads=config.data_nthreads,
                 seed=config.seed, max_batches=config.max_batches,
                 augmentation=config.augmentation, crop_ratio=config.crop_ratio,
-                num_workers=config.num_data_workers or 0)
+                num_workers=config.num_data_workers or 0,
+                skip_bad_images=config.skip_bad_images)
