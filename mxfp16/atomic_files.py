@@ -35,11 +35,18 @@ class StagedFiles:
         self._staged = []
         self._digests = {}
 
-    def write(self, path, write):
-        """Write ``path`` through ``write(temporary_path)``, flushed to disk, not yet renamed."""
+    def write(self, path, write, verify=None):
+        """Write ``path`` through ``write(temporary_path)``, flushed to disk, not yet renamed.
+
+        ``verify(temporary_path)``, if given, reads the file back and raises if it is not whole:
+        MXNet's writers can lose the end of a small file silently when the disk is full or a file
+        size limit is reached (the buffered bytes are dropped when the file is closed).
+        """
         tmp = f"{path}.tmp-{os.getpid()}"
         try:
             write(tmp)
+            if verify is not None:
+                verify(tmp)
             digest = hashlib.sha256()
             with open(tmp, "rb") as written:  # on the disk before the rename makes it count
                 os.fsync(written.fileno())

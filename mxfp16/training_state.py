@@ -60,6 +60,7 @@ import random
 import re
 from dataclasses import dataclass
 
+import mxnet as mx
 import numpy as np
 
 from .atomic_files import StagedFiles
@@ -151,7 +152,7 @@ def save_training_state(prefix, step, nets, trainers, extra=None, keep=2):
         [functools.partial(save_trainer_states, t) for t in trainers]
     with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
         for path, write in zip(_files(name, len(nets), len(trainers)), writers):
-            files.write(path, write)
+            files.write(path, write, verify=mx.nd.load)
         record = {"format": STATE_FORMAT, "step": step, "extra": extra or {},
                   "nets": len(nets), "trainers": len(trainers), "random": _random_states(),
                   "files": files.sizes(), "sha256": files.digests()}
@@ -268,7 +269,6 @@ def load_training_state(name_or_prefix, nets, trainers, allow_pickle=False):
 
 
 def _load_parameters(net, path):
-    import mxnet as mx
     saved = mx.nd.load(path)
     bad = non_finite_name(saved)
     if bad is not None:
@@ -294,7 +294,6 @@ def seed_step(seed, step):
     >>> (a == b).min().asscalar()
     1.0
     """
-    import mxnet as mx
     value = int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
     random.seed(value)
     np.random.seed(value)

@@ -177,11 +177,12 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
     try:
         with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
-            files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False))
-            files.write(paths.params, lambda p: mx.nd.save(p, params))
-            files.write(paths.states, save_states)
+            files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False),
+                        verify=mx.sym.load)
+            files.write(paths.params, lambda p: mx.nd.save(p, params), verify=mx.nd.load)
+            files.write(paths.states, save_states, verify=_whole_states)
             if device_aux:
-                files.write(paths.devices, lambda p: mx.nd.save(p, device_aux))
+                files.write(paths.devices, lambda p: mx.nd.save(p, device_aux), verify=mx.nd.load)
             record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
                           batch=batch, files=files.sizes(), sha256=files.digests(),
                           **{scaler.state_dict_key: scaler.state_dict()})
@@ -191,13 +192,20 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
     return paths
 
 
+def _whole_states(path):
+    """Read an optimizer-state file back (a pickle written by a caller's own ``save_states`` is
+    left alone)."""
+    if not is_pickle_file(path):
+        mx.nd.load(path)
+
+
 class CheckpointWriteError(CheckpointError):
     """A checkpoint could not be written (disk full, file size limit, read-only folder): the
     message names it, the cause and the fix; the checkpoints before are intact."""
 
     def __init__(self, name, prefix, error):
         cause = error.strerror if isinstance(error, OSError) and error.strerror else \
-            _first_line(error)
+            f"a file was written incompletely: {_first_line(error)}"
         super().__init__(f"checkpoint {name} could not be written ({cause}): the checkpoints saved "
                          "before are intact and no temporary file is left; free disk space, raise "
                          "the file size limit (ulimit -f) or make the folder writable, then resume "
@@ -208,8 +216,8 @@ def _first_line(error):
     """The informative first line of an exception (MXNet's carry a C++ stack trace)."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     for line in lines:
-        if "Stack trace" not in line and not line.startswith(("[bt]", "File ")):
-            return line[:160]
+        if "Stack trace" not in line and not line.startswith(("[bt]", "File ", "Traceback")):
+            return line.replace("MXNetError: ", "")[:160]
     return lines[0][:160] if lines else type(error).__name__
 
 
