@@ -106,7 +106,7 @@ def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values, all
     try:
         with os.fdopen(handle, "wb") as out:
             pickle.dump((states, optimizer if optimizer is not None else fresh), out)
-        load_trainer_states(trainer, staged)
+        load_trainer_states(trainer, staged, allow_pickle=True)  # the user's trusted file, re-keyed
     finally:
         os.remove(staged)
     saved_masters = {index: master_weight(trainer.optimizer, state)  # of a float16 run
