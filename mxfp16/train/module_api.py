@@ -15,7 +15,8 @@ import warnings
 import mxnet as mx
 
 from .. import mxnet_internals
-from ..casting import cast_params, cast_symbol
+from ..casting import cast_symbol
+from ..casting.params import cast_params
 from ..models import Network
 from ..module import init_optimizer, make_scaled_module, module_step
 from ..optimizer_states import is_pickle_file, read_optimizer_states, save_optimizer_states
