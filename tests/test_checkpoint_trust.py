@@ -327,3 +327,45 @@ def test_a_truncated_jpeg_is_named_at_start_or_skipped_with_a_count(
         assert len(lines) == 1 and lines[0].endswith(
             f"--skip-bad-images: left out 1 of the 48 images of {folder}, which are not whole "
             f"JPEG/PNG files ({truncated} is a truncated JPEG file (no end-of-image marker))")
+
+
+def test_sighup_saves_like_sigterm_and_a_forked_child_leaves_the_signal_to_the_run():
+    with mxfp16.StopRequest() as stop:
+        child = os.fork()
+        if child == 0:  # a data worker a pool forks while the run's handler is installed
+            while True:
+                signal.pause()
+        os.kill(child, signal.SIGINT)  # a Ctrl-C to the group: the child ignores it
+        os.kill(child, signal.SIGTERM)  # ... and ends quietly on SIGTERM
+        _, status = os.waitpid(child, 0)
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGHUP)  # a closed terminal
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    assert (stop.signal_name, stop.exit_code) == ("SIGHUP", 129)
+
+
+def test_training_states_are_verified_and_never_unpickled_by_default(tmp_path, caplog):
+    from test_training_state import make_loop, train
+    net, trainer = make_loop()
+    train(net, trainer, 2)
+    prefix = str(tmp_path / "state")
+    for step in (1, 2):
+        mxfp16.save_training_state(prefix, step, net, trainer)
+    flip_bits(f"{prefix}-00000002.net0.params")
+    assert mxfp16.latest_training_state(prefix) == prefix + "-00000001"
+    assert "net0.params has other bytes than when it was saved" in caplog.records[-1].getMessage()
+    with pytest.raises(ValueError, match="00000002' is incomplete or damaged: .*net0.params has "
+                                         "other bytes"):
+        mxfp16.load_training_state(prefix + "-00000002", *make_loop())
+    marker = tmp_path / "pwned"
+    states = f"{prefix}-00000001.trainer0.states"
+    with open(states, "wb") as out:
+        pickle.dump({0: _WritesMarker(str(marker))}, out)
+    record = json.load(open(f"{prefix}-00000001.json"))
+    for key in ("sha256", "marker_sha256"):
+        record.pop(key)
+    record["files"][os.path.basename(states)] = os.path.getsize(states)
+    json.dump(record, open(f"{prefix}-00000001.json", "w"))
+    with pytest.raises(ValueError, match="pickled optimizer state .* can run any code"):
+        mxfp16.load_training_state(prefix + "-00000001", *make_loop())
+    assert not marker.exists()
