@@ -423,8 +423,9 @@ def load_checkpoint(spec):
     >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
     >>> network = Network(fc, {'fc_weight': mx.nd.ones((2, 3)), 'fc_bias': mx.nd.zeros(2)}, {})
     >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
-    >>> def save_states(path):  # e.g. trainer.save_states
-    ...     open(path, 'wb').close()
+    >>> from mxfp16.optimizer_states import save_optimizer_states
+    >>> def save_states(path):  # e.g. functools.partial(save_trainer_states, trainer)
+    ...     save_optimizer_states(path, {})
     >>> for epoch in (1, 2):
     ...     _ = save_checkpoint(prefix, epoch, network, save_states, mxfp16.DynamicLossScaler(),
     ...                         num_update=10 * epoch)
