@@ -137,7 +137,7 @@ def test_checkpoints_without_scaler_state_or_checksums_still_load_with_a_note(tm
         del meta[key]
     json.dump(meta, open(paths.meta, "w"))
     assert mxfp16.LossScaler.state_dict_key not in load_checkpoint(str(tmp_path / "r")).meta
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if "checksums" in r.getMessage()] == [
         f"checkpoint {tmp_path / 'r'}-0001 was saved without checksums (before mxfp16's checkpoint "
         "version 2): loaded without verifying its files"]
 

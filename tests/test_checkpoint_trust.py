@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import mxnet as mx
 import pytest
@@ -331,13 +332,23 @@ def test_a_truncated_jpeg_is_named_at_start_or_skipped_with_a_count(
 
 def test_sighup_saves_like_sigterm_and_a_forked_child_leaves_the_signal_to_the_run():
     with mxfp16.StopRequest() as stop:
+        ready, ready_write = os.pipe()
         child = os.fork()
         if child == 0:  # a data worker a pool forks while the run's handler is installed
-            while True:
-                signal.pause()
+            os.write(ready_write, b"1")
+            while True:  # (MXNet's threads may take the signal: the handler runs between sleeps)
+                time.sleep(0.05)
+        os.read(ready, 1)  # the child runs Python (signals before that may be lost in a fork)
         os.kill(child, signal.SIGINT)  # a Ctrl-C to the group: the child ignores it
         os.kill(child, signal.SIGTERM)  # ... and ends quietly on SIGTERM
-        _, status = os.waitpid(child, 0)
+        for _ in range(600):
+            ended, status = os.waitpid(child, os.WNOHANG)
+            if ended:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the forked child did not end on SIGTERM")
         assert not stop.requested
         os.kill(os.getpid(), signal.SIGHUP)  # a closed terminal
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM

@@ -133,11 +133,12 @@ def _restore_scaler(checkpoint, scaler, loss_scale):
     saved_flag = checkpoint.meta.get("config", {}).get("loss_scale")
     saved = checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict())
     if loss_scale is not None and str(loss_scale) != str(saved_flag):
+        keep = f"pass --loss-scale {saved_flag}" if saved_flag else "leave --loss-scale out"
         log.warning("--loss-scale %s differs from the checkpoint's (%s): the flag wins, the loss "
                     "scaler starts afresh at %s instead of continuing at the saved %g, because you "
-                    "asked for it; leave --loss-scale out (or pass %s) to continue exactly",
-                    loss_scale, saved_flag or "the default", loss_scale,
-                    saved.get("loss_scale", float("nan")), saved_flag or "nothing")
+                    "asked for it; %s to continue exactly", loss_scale,
+                    saved_flag or "the default", loss_scale, saved.get("loss_scale", float("nan")),
+                    keep)
         return
     scaler.load_state_dict(saved)
 
