@@ -197,10 +197,21 @@ class PrefixLock:
         self.release()
 
 
-def remove_stale_temporaries(prefix):
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temporaries(prefix, dead_writers_only=False):
     """Delete the temporary files that a write under ``prefix`` killed before its renames left
     (``PREFIX-....tmp-PID``); call it holding the prefix's :class:`PrefixLock`, so no live writer
-    owns them.  Returns the paths removed.
+    owns them, or with ``dead_writers_only`` (only files whose writer's PID is not a live process).
+    Returns the paths removed.
 
     Examples
     --------
@@ -212,7 +223,8 @@ def remove_stale_temporaries(prefix):
     """
     removed = []
     for path in glob.glob(glob.escape(prefix) + "-*" + TEMPORARY_SUFFIX + "*"):
-        if path.rsplit(TEMPORARY_SUFFIX, 1)[1].isdigit():
+        pid = path.rsplit(TEMPORARY_SUFFIX, 1)[1]
+        if pid.isdigit() and not (dead_writers_only and _alive(int(pid))):
             try:
                 os.remove(path)
                 removed.append(path)

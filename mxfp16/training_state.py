@@ -21,7 +21,8 @@ kill or a crash is never taken for a complete state, and :func:`latest_training_
 it.  Loading recomputes the checksums: a state whose files changed after the save (same size or
 not) is passed over by :func:`latest_training_state`, and named in the error when asked for by
 name; parameters that are not finite are refused, naming the parameter.  The newest ``keep``
-states are kept, older ones deleted after the new one is complete.  A state saved before checksums
+states are kept, older ones deleted after the new one is complete; temporary files that a killed
+write left (their writer's process is gone) are removed at the next save.  A state saved before checksums
 loads with a warning; its pickled ``.states`` files only with ``allow_pickle=True``.
 
 MXNet's own random generators (dropout, ``mx.nd.random``) cannot be read back; call
@@ -64,7 +65,8 @@ import mxnet as mx
 import numpy as np
 
 from .atomic_files import StagedFiles
-from .checkpoint_files import damaged_files, non_finite_name, seal, seal_broken
+from .checkpoint_files import (damaged_files, non_finite_name, remove_stale_temporaries, seal,
+                               seal_broken)
 from .optimizer_states import PICKLE_RISK, is_pickle_file, load_trainer_states, save_trainer_states
 
 __all__ = ["TrainingState", "save_training_state", "load_training_state",
@@ -150,6 +152,7 @@ def save_training_state(prefix, step, nets, trainers, extra=None, keep=2):
     name = "%s-%08d" % (prefix, step)
     writers = [net.save_parameters for net in nets] + \
         [functools.partial(save_trainer_states, t) for t in trainers]
+    remove_stale_temporaries(prefix, dead_writers_only=True)  # of a write killed before
     with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
         for path, write in zip(_files(name, len(nets), len(trainers)), writers):
             files.write(path, write, verify=mx.nd.load)

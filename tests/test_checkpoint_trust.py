@@ -360,8 +360,13 @@ def test_training_states_are_verified_and_never_unpickled_by_default(tmp_path, c
     net, trainer = make_loop()
     train(net, trainer, 2)
     prefix = str(tmp_path / "state")
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()  # its PID is no live process now: the writer of a killed save
+    stale = f"{prefix}-00000001.net0.params.tmp-{finished.pid}"
+    open(stale, "w").close()
     for step in (1, 2):
         mxfp16.save_training_state(prefix, step, net, trainer)
+    assert not os.path.exists(stale)
     flip_bits(f"{prefix}-00000002.net0.params")
     assert mxfp16.latest_training_state(prefix) == prefix + "-00000001"
     assert "net0.params has other bytes than when it was saved" in caplog.records[-1].getMessage()
