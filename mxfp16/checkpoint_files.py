@@ -12,11 +12,12 @@ import glob
 import hashlib
 import json
 import os
+import resource
 
 import numpy as np
 
 __all__ = ["sha256_file", "damaged_files", "seal", "seal_broken", "PrefixLock", "PrefixInUse",
-           "remove_stale_temporaries",
+           "remove_stale_temporaries", "write_failure_cause",
            "check_writable", "non_finite_name"]
 
 #: The suffix :class:`mxfp16.atomic_files.StagedFiles` gives a file being written (and its PID).
@@ -231,6 +232,31 @@ def remove_stale_temporaries(prefix, dead_writers_only=False):
             except FileNotFoundError:
                 pass
     return sorted(removed)
+
+
+def write_failure_cause(folder):
+    """The likely cause of a failed write in ``folder`` that reported no error number (MXNet's
+    writers): a full disk, the file size limit, or a folder that cannot be written; None if none
+    of them.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> write_failure_cause(tempfile.mkdtemp()) is None
+    True
+    """
+    try:
+        space = os.statvfs(folder)
+        if space.f_bavail == 0:
+            return "the disk is full"
+    except OSError:
+        pass
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return f"the file size limit is {limit} bytes (ulimit -f)"
+    if not os.access(folder, os.W_OK):
+        return "the folder cannot be written"
+    return None
 
 
 def check_writable(path, what):

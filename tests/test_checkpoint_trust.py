@@ -255,7 +255,9 @@ def test_a_full_disk_is_one_error_line_and_the_checkpoints_before_stay(finished_
                           capture_output=True, text=True, timeout=300, preexec_fn=small_disk)
     errors = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(errors) == 1, done.stderr
-    assert errors[0].startswith(f"error: checkpoint {prefix}-0003 could not be written (")
+    assert errors[0].startswith(f"error: checkpoint {prefix}-0003 could not be written (a file was "
+                                f"written incompletely: the file size limit is {limit} bytes "
+                                "(ulimit -f); MXNet says: ")
     assert "): the checkpoints saved before are intact and no temporary file is left; free " \
         "disk space, raise the file size limit (ulimit -f)" in errors[0]
     assert checkpoint.load_checkpoint(prefix).name == prefix + "-0002"

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 import mxnet as mx
 
 from ..atomic_files import StagedFiles
-from ..checkpoint_files import damaged_files, non_finite_name, seal, seal_broken
+from ..checkpoint_files import (damaged_files, non_finite_name, seal, seal_broken,
+                                write_failure_cause)
 from ..models import Network
 from ..optimizer_states import is_pickle_file
 
@@ -204,8 +205,10 @@ class CheckpointWriteError(CheckpointError):
     message names it, the cause and the fix; the checkpoints before are intact."""
 
     def __init__(self, name, prefix, error):
+        likely = write_failure_cause(os.path.dirname(os.path.abspath(prefix)))
         cause = error.strerror if isinstance(error, OSError) and error.strerror else \
-            f"a file was written incompletely: {_first_line(error)}"
+            f"a file was written incompletely{': ' + likely if likely else ''}; MXNet says: " \
+            f"{_first_line(error)}"
         super().__init__(f"checkpoint {name} could not be written ({cause}): the checkpoints saved "
                          "before are intact and no temporary file is left; free disk space, raise "
                          "the file size limit (ulimit -f) or make the folder writable, then resume "
