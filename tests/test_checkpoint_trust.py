@@ -68,17 +68,20 @@ def error_lines(capsys):
     return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
-def test_sigterm_to_the_process_group_with_two_data_workers_saves_and_exits(image_folder,
-                                                                             tmp_path):
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_process_group_with_two_data_workers_saves_and_exits(image_folder,
+                                                                              tmp_path, signum,
+                                                                              code):
     prefix = str(tmp_path / "r")
     process = start(TINY + ["--data-dir", str(image_folder), "--val-fraction", "0.2",
                             "--num-data-workers", "2", "--num-epochs", "2",
                             "--model-prefix", prefix], start_new_session=True)
     lines = wait_for(process, "Epoch[0] Batch[3]")
-    os.killpg(process.pid, signal.SIGTERM)  # what SLURM's scancel and Kubernetes do
-    code, output = finish(process, lines)
-    assert code == 143, output
-    assert len([line for line in output.splitlines() if "stopped by SIGTERM" in line]) == 1
+    os.killpg(process.pid, signum)  # what scancel does, or Ctrl-C in a terminal
+    exit_code, output = finish(process, lines)
+    assert exit_code == code, output
+    name = signal.Signals(signum).name
+    assert len([line for line in output.splitlines() if f"stopped by {name}" in line]) == 1
     assert "Traceback" not in output
     assert checkpoint.saved_positions(prefix)[-1][0] == 0
 
