@@ -9,6 +9,7 @@ A Gluon block is traced twice, in training and in inference mode, so that Python
 ``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.casting.block.CastBlock` returned
 runs the graph of the current mode.
 """
+import functools
 import json
 
 import mxnet as mx
@@ -21,8 +22,10 @@ from .. import mxnet_internals
 from .block import CastBlock
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                      FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
+from .transposed import deconvolution_as_convolution, variable_inputs
 from .emulation import emulate_float16, resolve_emulate
-from .signature import block_inputs, call_structure, describe_call, describe_signature
+from .signature import (block_inputs, call_structure, describe_call, describe_signature,
+                        imperative_call_error)
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
 
@@ -175,6 +178,8 @@ def _float32_where_no_bfloat16_kernel(sym):
             rw.copy(old_id, node)
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
+        if node["op"] == "Deconvolution":  # fed its float32 weight as is (casting/transposed.py)
+            skip = variable_inputs(rw.old_nodes, node)
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
                 old_id)
@@ -184,8 +189,8 @@ def _float32_where_no_bfloat16_kernel(sym):
 def _cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists; outputs come back as float32."""
     plain = strip(sym, data_names)
-    if dtype == "bfloat16":
-        plain = _float32_where_no_bfloat16_kernel(plain)
+    if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
+        plain = _float32_where_no_bfloat16_kernel(deconvolution_as_convolution(plain))
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))
@@ -341,9 +346,9 @@ def _variant_tracer(block, dtype, emulate, mode):
                 try:
                     outputs = block(*symbols)
                 except (TypeError, AssertionError) as error:
-                    raise TypeError(f"the cast network takes what {describe_signature(block)} "
-                                    f"takes, called with {describe_call(call)}: "
-                                    f"{' '.join(str(error).split())}") from None
+                    raise imperative_call_error(error, block) or TypeError(
+                        f"the cast network takes what {describe_signature(block)} takes, called "
+                        f"with {describe_call(call)}: {' '.join(str(error).split())}") from None
             out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
             graphs.append(out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat))
         inference, training = graphs
@@ -453,8 +458,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         names = _input_names(block, input_names)
         try:
             traced = tracer([mx.nd.zeros(1)] * len(names), names)
-        except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
-            if input_names is not None:
+        except (TypeError, ValueError, AssertionError, mx.base.MXNetError) as error:
+            # nd.* in hybrid_forward fails every trace: say so now, not at the first call
+            if input_names is not None or getattr(error, "method", None) == "hybrid_forward":
                 raise
             # Inputs that must be nested (a decoder's [memory, mask] states): traced at the first
             # call, which also casts the parameters; until then the graph holds the parameters.
@@ -467,6 +473,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer,
                      plain=(len(positions) if tracer is None else len(names), positions, out_fmt),
                      original=None if tracer is None else block)
+    cast.recast = functools.partial(cast_symbol, mode=mode)  # export's float16 graph
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)

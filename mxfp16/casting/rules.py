@@ -80,7 +80,7 @@ GRID_PRESERVING_OPS = frozenset({
     "max", "min", "_maximum", "_minimum", "broadcast_maximum", "broadcast_minimum", "SwapAxis",
     "swapaxes", "tile", "repeat", "Crop", "Pad", "pad", "reverse", "_contrib_BilinearResize2D_none",
     "_rnn_param_concat", "stack", "SequenceReverse", "SequenceLast", "take", "pick", "Embedding",
-    "broadcast_to", "broadcast_like", "broadcast_axis", "slice_like",
+    "broadcast_to", "broadcast_like", "broadcast_axis", "slice_like", "zeros_like",
 })
 
 #: Ops without inputs that create values exactly representable in float16 and bfloat16 (zeros and

@@ -5,7 +5,9 @@ The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files
 * ``PREFIX-symbol.json``: the float32 graph, data to logits (shared by the epochs);
 * ``PREFIX-NNNN.params``: float32 parameters named ``arg:...`` / ``aux:...``, so the pair is an
   ordinary MXNet checkpoint (``mx.model.load_checkpoint``, ``SymbolBlock.imports``) whatever the
-  training dtype; the float32 master weights of float16 training are in the optimizer state;
+  training dtype, and ``get_model(name, classes=N).load_parameters`` loads it too (the names are
+  relative to the zoo network's name scope: :mod:`mxfp16.train.param_names`); float16 training
+  stores the optimizer's float32 master weights, the values its float16 weights are rounded from;
 * ``PREFIX-NNNN.states``: the optimizer state as arrays plus JSON, never a pickle
   (:mod:`mxfp16.optimizer_states`): it cannot run code when it is read;
 * ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
@@ -46,10 +48,14 @@ from ..checkpoint_files import (damaged_files, non_finite_name, seal, seal_broke
                                 write_failure_cause)
 from ..models import Network
 from ..optimizer_states import is_pickle_file
+from .param_names import relative_names, with_prefix
 
 #: Written into every JSON file, checked when loading.
 CHECKPOINT_FORMAT = "mxfp16-checkpoint"
 CHECKPOINT_VERSION = 2
+
+#: The JSON key of the name-scope prefix taken off the parameter names (``''``: none).
+PARAM_PREFIX_KEY = "param_prefix"
 
 log = logging.getLogger("mxfp16.train")
 
@@ -174,6 +180,7 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
     CheckpointPaths
     """
     paths = checkpoint_paths(prefix, epoch, batch)
+    network, meta[PARAM_PREFIX_KEY] = relative_names(network)
     params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
     try:
@@ -467,5 +474,5 @@ def _load(prefix, epoch, batch):
     symbol = _load_symbol(paths, meta)
     arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
-    return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta,
-                      batch)
+    network = with_prefix(Network(symbol, arg_params, aux_params), meta.get(PARAM_PREFIX_KEY, ""))
+    return Checkpoint(prefix, epoch, network, paths.states, meta, batch)
