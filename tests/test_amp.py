@@ -1,0 +1,295 @@
+"""mxfp16.amp against MXNet AMP's documented behaviour, and loops that make the API calls of the
+scripts that use it (GluonCV's SSD script, MXNet's AMP tutorial, GluonNLP's BERT finetuning)."""
+import math
+import warnings
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+from mxfp16 import amp
+
+
+@pytest.fixture(autouse=True)
+def _amp_reset():
+    amp.reset()
+    yield
+    amp.reset()
+
+
+def _net(in_units=4, norm=True):
+    """Dense, BatchNorm (or an identity: per-device batch statistics differ), ReLU, Dense."""
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, in_units=in_units),
+            gluon.nn.BatchNorm(in_channels=8) if norm else gluon.nn.HybridLambda("identity"),
+            gluon.nn.Activation("relu"), gluon.nn.Dense(3, in_units=8))
+    return net
+
+
+def _data(batch=8, seed=0):
+    rng = np.random.RandomState(seed)
+    return mx.nd.array(rng.randn(batch, 4)), mx.nd.array(rng.randint(0, 3, batch))
+
+
+def _step(net, trainer, x, y, ctx_list=None):
+    ctx_list = list(ctx_list or [mx.cpu()])
+    xs = gluon.utils.split_and_load(x, ctx_list)
+    ys = gluon.utils.split_and_load(y, ctx_list)
+    with autograd.record():
+        losses = [gluon.loss.SoftmaxCELoss()(net(a), b) for a, b in zip(xs, ys)]
+        with amp.scale_loss(losses, trainer) as scaled:
+            autograd.backward(scaled)
+    trainer.step(x.shape[0])
+    return sum(float(loss.sum().asscalar()) for loss in losses) / x.shape[0]
+
+
+@pytest.mark.parametrize("order", ["init_first", "network_first"])
+def test_networks_built_before_or_after_init_train_in_float16(order):
+    if order == "network_first":
+        net = _net()
+        amp.init()
+    else:
+        amp.init()
+        net = _net()
+    net.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    x, y = _data()
+    losses = [_step(net, trainer, x, y) for _ in range(6)]
+    assert net[0].weight.data().dtype == np.float16
+    assert net[1].gamma.data().dtype == np.float32  # normalization stays float32
+    assert trainer.optimizer.multi_precision
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+    assert amp.loss_scaler(trainer).num_steps == 6
+
+
+def test_scale_loss_yields_scaled_loss_or_list():
+    amp.init()
+    net = _net()
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale=128)
+    loss = mx.nd.array([1.5, -2.0])
+    with amp.scale_loss(loss, trainer) as scaled:
+        assert scaled.asnumpy().tolist() == [192.0, -256.0]
+    with amp.scale_loss([loss, loss * 2], trainer) as scaled:
+        assert isinstance(scaled, list)
+        assert [s.asnumpy().tolist() for s in scaled] == [[192.0, -256.0], [384.0, -512.0]]
+
+
+def test_unscale_then_clip_then_step_matches_float32():
+    x, y = _data()
+    reference = _net()
+    reference.initialize(mx.init.Xavier())
+    values = [v.data().copy() for v in reference.collect_params().values()]
+    amp.init()
+    net = _net()
+    net.initialize()
+    for param, value in zip(net.collect_params().values(), values):
+        param.set_data(value)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale=1024)
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCELoss()(net(x), y)
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    amp.unscale(trainer)
+    with autograd.record():
+        ref_loss = gluon.loss.SoftmaxCELoss()(reference(x), y)
+    ref_loss.backward()
+    grad, ref_grad = net[3].weight.grad().asnumpy(), reference[3].weight.grad().asnumpy()
+    np.testing.assert_allclose(grad, ref_grad, rtol=2e-2, atol=2e-3)  # unscaled, float16 values
+    norm = math.sqrt(sum(float((g.astype("float32") ** 2).sum().asscalar())
+                         for p in net.collect_params().values() if p.grad_req != "null"
+                         for g in p.list_grad()))
+    for param in net.collect_params().values():  # clipping to half the norm, in place
+        for g in param.list_grad() if param.grad_req != "null" else ():
+            g *= 0.5 * norm / norm
+    before = net[3].weight.data().asnumpy().astype("float32")
+    trainer.step(x.shape[0])
+    step = net[3].weight.data().asnumpy().astype("float32") - before
+    np.testing.assert_allclose(step, -0.1 * 0.5 * ref_grad / x.shape[0], rtol=5e-2, atol=2e-4)
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCELoss()(net(x), y)
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    amp.unscale(trainer)
+    with pytest.raises(RuntimeError, match="divided by the loss scale twice"):
+        amp.unscale(trainer)
+
+
+def test_overflow_on_one_device_skips_the_step_on_every_device():
+    devices = [mx.cpu(0), mx.cpu(1)]
+    amp.init()
+    net = _net()
+    net.initialize(mx.init.Xavier(), ctx=devices)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale="dynamic:1024")
+    x, y = _data()
+    _step(net, trainer, x, y, devices)  # casts and runs one clean step
+    before = [w.asnumpy() for w in net[0].weight.list_data()]
+    xs, ys = gluon.utils.split_and_load(x, devices), gluon.utils.split_and_load(y, devices)
+    with autograd.record():
+        losses = [gluon.loss.SoftmaxCELoss()(net(a), b) for a, b in zip(xs, ys)]
+        with amp.scale_loss(losses, trainer) as scaled:
+            autograd.backward(scaled)
+    net[3].weight.list_grad()[1][0, 0] = np.inf  # device 1 only
+    trainer.step(x.shape[0])
+    for array, old in zip(net[0].weight.list_data(), before):
+        np.testing.assert_array_equal(array.asnumpy(), old)
+    scaler = amp.loss_scaler(trainer)
+    assert (scaler.loss_scale, scaler.num_skipped, scaler.num_steps) == (512.0, 1, 2)
+
+
+def test_two_devices_train_like_one():
+    x, y = _data(seed=3)
+    weights = []
+    for devices in ([mx.cpu(0)], [mx.cpu(0), mx.cpu(1)]):
+        amp.reset()
+        amp.init()
+        mx.random.seed(7)
+        net = _net(norm=False)
+        net.initialize(mx.init.Xavier(), ctx=devices)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.2},
+                                update_on_kvstore=False)
+        amp.init_trainer(trainer, loss_scale=256)
+        for _ in range(3):
+            _step(net, trainer, x, y, devices)
+        weights.append(net[3].weight.data(devices[0]).asnumpy().astype("float32"))
+    np.testing.assert_allclose(weights[0], weights[1], rtol=1e-2, atol=2e-3)
+
+
+def test_update_on_kvstore_true_is_refused_and_optimizer_too():
+    amp.init()
+    net = _net()
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", update_on_kvstore=True)
+    with pytest.raises(ValueError, match="update_on_kvstore=False"):
+        amp.init_trainer(trainer)
+    with pytest.raises(TypeError, match="takes the gluon.Trainer"):
+        amp.init_trainer(mx.optimizer.SGD())
+
+
+def test_api_before_init_and_bad_dtype():
+    net = _net()
+    net.initialize()
+    with pytest.raises(RuntimeError, match=r"call amp.init\(\) first"):
+        amp.init_trainer(gluon.Trainer(net.collect_params(), "sgd"))
+    with pytest.raises(ValueError, match="target_dtype='float64'.*float16 or bfloat16"):
+        amp.init("float64")
+    with pytest.raises(ValueError, match="none of MXNet AMP's lists"):
+        amp.init(fp32_ops=["NoSuchOp"])
+
+
+def test_bfloat16_trains_without_loss_scaling():
+    amp.init(target_dtype="bfloat16")
+    net = _net()
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    x, y = _data()
+    losses = [_step(net, trainer, x, y) for _ in range(6)]
+    assert amp.loss_scaler(trainer).loss_scale == 1.0
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+
+
+def test_checkpoints_stay_float32_and_load_back(tmp_path):
+    amp.init()
+    net = _net()
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    x, y = _data()
+    _step(net, trainer, x, y)
+    net.save_parameters(str(tmp_path / "net.params"))
+    trainer.save_states(str(tmp_path / "net.states"))
+    saved = mx.nd.load(str(tmp_path / "net.params"))
+    assert {v.dtype for v in saved.values()} == {np.float32}
+    net.load_parameters(str(tmp_path / "net.params"))
+    assert net[0].weight.data().dtype == np.float16
+    scale = amp.loss_scaler(trainer).loss_scale
+    amp.loss_scaler(trainer).load_state_dict({"loss_scale": 2.0})
+    trainer.load_states(str(tmp_path / "net.states"))
+    _step(net, trainer, x, y)  # the scaler takes back the state saved with the optimizer
+    assert amp.loss_scaler(trainer).num_steps == 2
+    assert amp.loss_scaler(trainer).loss_scale == scale
+    amp.reset()
+    plain = _net()
+    plain.load_parameters(str(tmp_path / "net.params"))
+    assert plain[0].weight.data().dtype == np.float32
+
+
+def test_convert_bucketing_module_runs_every_bucket_in_float16():
+    def sym_gen(key):
+        data = mx.sym.var("data")
+        net = mx.sym.FullyConnected(data, num_hidden=8, name="fc1")
+        net = mx.sym.Activation(net, act_type="relu")
+        net = mx.sym.FullyConnected(net, num_hidden=3, name="fc2")
+        return mx.sym.SoftmaxOutput(net, name="softmax"), ("data",), ("softmax_label",)
+
+    module = mx.mod.BucketingModule(sym_gen, default_bucket_key=4, context=mx.cpu())
+    module.bind([("data", (2, 4))], [("softmax_label", (2,))])
+    module.init_params(mx.init.Xavier())
+    converted = amp.convert_bucketing_module(module)
+    batch = mx.io.DataBatch([mx.nd.ones((2, 4))], [mx.nd.zeros(2)], bucket_key=4,
+                            provide_data=[("data", (2, 4))],
+                            provide_label=[("softmax_label", (2,))])
+    outputs = []
+    for mod in (module, converted):
+        mod.forward(batch, is_train=False)
+        outputs.append(mod.get_outputs()[0].asnumpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-2, atol=1e-3)
+    args, _ = converted.get_params()
+    assert args["fc1_weight"].dtype == np.float16
+
+
+def _tutorial_conv_net():
+    data = mx.sym.var("data")
+    net = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), name="conv0")
+    net = mx.sym.Activation(net, act_type="relu")
+    net = mx.sym.FullyConnected(net, num_hidden=3, name="fc1")
+    return mx.sym.SoftmaxOutput(net, name="softmax")
+
+
+def test_tutorial_convert_model_with_op_lists():
+    """The tutorial's last example: only Convolution in float16, cast_optional_params=True."""
+    sym = _tutorial_conv_net()
+    mod = mx.mod.Module(sym, context=mx.cpu())
+    mod.bind([("data", (1, 3, 8, 8))], [("softmax_label", (1,))])
+    mod.init_params(mx.init.Xavier())
+    arg_params, aux_params = mod.get_params()
+    result_sym, result_args, result_aux = amp.convert_model(
+        sym, arg_params, aux_params, target_dtype_ops=["Convolution"],
+        fp32_ops=["SoftmaxOutput", "FullyConnected"], cast_optional_params=True)
+    amp_mod = mx.mod.Module(result_sym, data_names=["data"], label_names=["softmax_label"],
+                            context=mx.cpu())
+    amp_mod.bind(data_shapes=[["data", (1, 3, 8, 8)]], label_shapes=[["softmax_label", (1,)]])
+    amp_mod.set_params(result_args, result_aux)
+    batch = mx.io.DataBatch(data=[mx.nd.ones((1, 3, 8, 8))], label=[mx.nd.ones((1,))])
+    amp_mod.forward(batch)
+    mod.forward(batch, is_train=False)
+    np.testing.assert_allclose(amp_mod.get_outputs()[0].asnumpy(),
+                               mod.get_outputs()[0].asnumpy(), rtol=1e-2, atol=1e-3)
+    assert amp_mod._arg_params["conv0_weight"].dtype == np.float16
+    assert amp_mod._arg_params["fc1_bias"].dtype == np.float32
+
+
+def test_tutorial_convert_hybrid_block_keeps_the_original():
+    from gluoncv.model_zoo import get_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_model("resnet18_v1", classes=4)
+        model.initialize()
+        model.hybridize()
+        expected = model(mx.nd.ones((1, 3, 32, 32)))
+        converted = amp.convert_hybrid_block(model)
+    result = converted.forward(mx.nd.ones((1, 3, 32, 32), dtype=np.float32))
+    np.testing.assert_allclose(result.asnumpy(), expected.asnumpy(), rtol=5e-2, atol=5e-2)
+    assert model.features[0].weight.data().dtype == np.float32
