@@ -293,3 +293,169 @@ def test_tutorial_convert_hybrid_block_keeps_the_original():
     result = converted.forward(mx.nd.ones((1, 3, 32, 32), dtype=np.float32))
     np.testing.assert_allclose(result.asnumpy(), expected.asnumpy(), rtol=5e-2, atol=5e-2)
     assert model.features[0].weight.data().dtype == np.float32
+
+
+def _ssd(size):
+    from gluoncv.model_zoo import get_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = get_model("ssd_300_mobilenet0.25_voc", pretrained_base=False,
+                        norm_layer=gluon.nn.BatchNorm)
+        net.initialize()
+    return net
+
+
+def _boxes_batch(anchors, size, batch, seed):
+    """``(images, cls_targets, box_targets)`` through GluonCV's SSD train transform, from images
+    with one bright box each (class 0 or 1)."""
+    from gluoncv.data.transforms.presets.ssd import SSDDefaultTrainTransform
+    transform = SSDDefaultTrainTransform(size, size, anchors)
+    rng = np.random.RandomState(seed)
+    samples = []
+    for _ in range(batch):
+        image = mx.nd.array(rng.randint(0, 60, (size, size, 3)), dtype="uint8")
+        x0, y0 = rng.randint(0, size // 2, 2)
+        image[y0:y0 + size // 3, x0:x0 + size // 3] = 230
+        label = np.array([[x0, y0, x0 + size // 3, y0 + size // 3, rng.randint(2), 0]], "float32")
+        samples.append(transform(image, label))
+    return [mx.nd.stack(*[sample[i] for sample in samples]) for i in range(3)]
+
+
+def test_gluoncv_ssd_script_loop(tmp_path):
+    """train_ssd.py --amp's calls, in its order: init, network, anchors (float32, before the
+    Trainer), Trainer(update_on_kvstore=False), init_trainer, hybridize(static_alloc=True,
+    static_shape=True), scale_loss over the list of losses, step(1), validation, save_params."""
+    import gluoncv as gcv
+    size, ctx = 128, [mx.cpu()]
+    amp.init()
+    mx.random.seed(1)
+    net = _ssd(size)
+    net.collect_params().reset_ctx(ctx[0])
+    with autograd.train_mode():
+        _, _, anchors = net(mx.nd.zeros((1, 3, size, size), ctx[0]))
+    batch = _boxes_batch(anchors.as_in_context(mx.cpu()), size, 2, seed=0)
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": 0.01, "wd": 0.0005, "momentum": 0.9},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    mbox_loss = gcv.loss.SSDMultiBoxLoss()
+    net.hybridize(static_alloc=True, static_shape=True)
+    losses = []
+    for _ in range(4):
+        data, cls_targets, box_targets = [gluon.utils.split_and_load(b, ctx_list=ctx)
+                                          for b in batch]
+        with autograd.record():
+            cls_preds, box_preds = [], []
+            for x in data:
+                cls_pred, box_pred, _ = net(x)
+                cls_preds.append(cls_pred)
+                box_preds.append(box_pred)
+            sum_loss, cls_loss, box_loss = mbox_loss(cls_preds, box_preds, cls_targets,
+                                                     box_targets)
+            with amp.scale_loss(sum_loss, trainer) as scaled_loss:
+                autograd.backward(scaled_loss)
+        trainer.step(1)
+        losses.append(float(sum_loss[0].mean().asscalar()))
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+    assert net.class_predictors[0].predictor.weight.data().dtype == np.float16
+    net.set_nms(nms_thresh=0.45, nms_topk=400)
+    ids, scores, bboxes = net(batch[0])
+    assert ids.shape[:2] == scores.shape[:2] == bboxes.shape[:2] and bboxes.dtype == np.float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # save_params is deprecated; the script calls it
+        net.save_params(str(tmp_path / "ssd.params"))
+    assert {v.dtype for v in mx.nd.load(str(tmp_path / "ssd.params")).values()} == {np.float32}
+
+
+def test_mxnet_amp_tutorial_training_loop():
+    """The tutorial's training code: a network built before init() and one after, synthetic
+    targets, Trainer(update_on_kvstore=False), init_trainer, scale_loss, step(1)."""
+    import gluoncv as gcv
+    size, ctx = 128, [mx.cpu()]
+    _ssd(size)  # the tutorial's float32 run builds one first
+    amp.init()
+    net = _ssd(size)
+    net.collect_params().reset_ctx(ctx)
+    net.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": 0.001, "wd": 0.0005, "momentum": 0.9},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    mbox_loss = gcv.loss.SSDMultiBoxLoss()
+    with autograd.train_mode():
+        num_anchors = net(mx.nd.zeros((1, 3, size, size)))[2].shape[1]
+    rng = np.random.RandomState(0)
+    batch = [mx.nd.array(rng.uniform(-1, 1, (2, 3, size, size))),
+             mx.nd.array(rng.randint(0, 2, (2, num_anchors))),  # the tutorial's uniform(0, 1)
+             mx.nd.array(rng.uniform(0, 1, (2, num_anchors, 4)))]  # as targets, made learnable
+    ce_metric = mx.metric.Loss("CrossEntropy")
+    losses = []
+    for _ in range(3):
+        data, cls_targets, box_targets = [gluon.utils.split_and_load(b, ctx_list=ctx,
+                                                                     batch_axis=0)
+                                          for b in batch]
+        with autograd.record():
+            cls_preds, box_preds = [], []
+            for x in data:
+                cls_pred, box_pred, _ = net(x)
+                cls_preds.append(cls_pred)
+                box_preds.append(box_pred)
+            sum_loss, cls_loss, box_loss = mbox_loss(cls_preds, box_preds, cls_targets,
+                                                     box_targets)
+            with amp.scale_loss(sum_loss, trainer) as scaled_loss:
+                autograd.backward(scaled_loss)
+        trainer.step(1)
+        ce_metric.update(0, [loss * 2 for loss in cls_loss])
+        losses.append(float(sum_loss[0].mean().asscalar()))
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+    assert math.isfinite(ce_metric.get()[1])
+    assert amp.loss_scaler(trainer).num_steps == 3
+
+
+def test_gluonnlp_bert_finetune_loop(tmp_path):
+    """finetune_classifier.py --dtype float16's calls, in its order, on a tiny random BERT: init,
+    model, hybridize(static_alloc=True), Trainer('bertadam', update_on_kvstore=False),
+    init_trainer, set_learning_rate, scale_loss, allreduce_grads, update(1), save/load.  Its
+    nlp.utils.clip_grad_global_norm between allreduce_grads and update is left out (see the
+    guide: one multi_sum_sq over float16 and float32 gradients)."""
+    import gluonnlp as nlp
+    amp.init()
+    mx.random.seed(2)
+    encoder = nlp.model.BERTEncoder(num_layers=1, units=16, hidden_size=32, max_length=16,
+                                    num_heads=2, dropout=0.0, output_attention=False,
+                                    output_all_encodings=False)
+    bert = nlp.model.BERTModel(encoder, 20, token_type_vocab_size=2, units=16, embed_size=16,
+                               word_embed=None, use_pooler=True, use_decoder=False,
+                               use_classifier=False)
+    model = nlp.model.BERTClassifier(bert, dropout=0.1, num_classes=2)
+    model.initialize(mx.init.Normal(0.02))
+    loss_function = gluon.loss.SoftmaxCELoss()
+    model.hybridize(static_alloc=True)
+    loss_function.hybridize(static_alloc=True)
+    trainer = gluon.Trainer(model.collect_params(), "bertadam",
+                            {"learning_rate": 5e-3, "epsilon": 1e-6, "wd": 0.01},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    for _, v in model.collect_params(".*beta|.*gamma|.*bias").items():
+        v.wd_mult = 0.0
+    rng = np.random.RandomState(0)
+    label = mx.nd.array(rng.randint(0, 2, 8), dtype="int32")
+    input_ids = mx.nd.array(rng.randint(3, 10, (8, 6)) + 10 * label.asnumpy()[:, None] // 1)
+    segment_ids, valid_length = mx.nd.zeros((8, 6)), mx.nd.full((8,), 6)
+    losses = []
+    for _ in range(8):
+        trainer.set_learning_rate(5e-3)
+        with mx.autograd.record():
+            out = model(input_ids, segment_ids, valid_length.astype("float32"))
+            ls = loss_function(out, label).mean()
+            with amp.scale_loss(ls, trainer) as scaled_loss:
+                mx.autograd.backward(scaled_loss)
+        trainer.allreduce_grads()
+        trainer.update(1)
+        losses.append(float(ls.asscalar()))
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < 0.5 * losses[0]
+    nlp.utils.save_parameters(model, str(tmp_path / "model_bert.params"))
+    assert {v.dtype for v in mx.nd.load(str(tmp_path / "model_bert.params")).values()} == \
+        {np.float32}
+    nlp.utils.load_parameters(model, str(tmp_path / "model_bert.params"))
+    assert model.classifier[-1].weight.data().dtype == np.float16
