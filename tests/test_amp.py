@@ -173,6 +173,14 @@ def test_update_on_kvstore_true_is_refused_and_optimizer_too():
         amp.init_trainer(trainer)
     with pytest.raises(TypeError, match="takes the gluon.Trainer"):
         amp.init_trainer(mx.optimizer.SGD())
+    devices = [mx.cpu(0), mx.cpu(1)]  # gluon.Trainer's default then updates on its kvstore
+    net.collect_params().reset_ctx(devices)
+    trainer = gluon.Trainer(net.collect_params(), "sgd")
+    amp.init_trainer(trainer)
+    before = net[0].weight.data().asnumpy()
+    with pytest.raises(RuntimeError, match=r"update_on_kvstore=False"):
+        _step(net, trainer, *_data(), devices)
+    np.testing.assert_array_equal(net[0].weight.data().asnumpy(), before.astype("float16"))
 
 
 def test_api_before_init_and_bad_dtype():

@@ -10,7 +10,7 @@ optimizer's ``rescale_grad`` (float32 arithmetic inside the update) unless ``uns
 divided the gradients.
 """
 import mxnet as mx
-from mxnet import gluon
+from mxnet import autograd, gluon
 
 from .. import mxnet_internals
 from ..grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
@@ -63,7 +63,14 @@ class TrainerScaling:
         setattr(self._optimizer, SCALER_STATE_ATTRIBUTE, self.scaler.state_dict())
 
     def scale(self, loss):
-        """The loss (or list of losses) times the loss scale, recorded for this step."""
+        """The loss (or list of losses) times the loss scale, recorded for this step.
+
+        The first call sets up the Trainer's kvstore (as its first step would) and refuses one
+        that would update the weights inside the gradient exchange, before any update."""
+        if not mxnet_internals.trainer_kvstore_ready(self.trainer):
+            with autograd.pause():
+                mxnet_internals.init_trainer_kvstore(self.trainer)
+            check_updates_on_workers(self.trainer)
         self._adopt_optimizer()
         self.scaled_with = self.scaler.loss_scale
         return self.scaler.scale(loss)
