@@ -1,6 +1,10 @@
 """mxfp16.amp against MXNet AMP's documented behaviour, and loops that make the API calls of the
 scripts that use it (GluonCV's SSD script, MXNet's AMP tutorial, GluonNLP's BERT finetuning)."""
+import json
 import math
+import os
+import subprocess
+import sys
 import warnings
 
 import mxnet as mx
@@ -8,6 +12,7 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
+from conftest import horovod_missing
 from mxfp16 import amp
 
 
@@ -467,3 +472,25 @@ def test_gluonnlp_bert_finetune_loop(tmp_path):
         {np.float32}
     nlp.utils.load_parameters(model, str(tmp_path / "model_bert.params"))
     assert model.classifier[-1].weight.data().dtype == np.float16
+
+
+@pytest.mark.skipif(horovod_missing() is not None, reason=str(horovod_missing()))
+def test_horovod_distributed_trainer_skips_on_every_rank():
+    """A script's own hvd.DistributedTrainer, 2 ranks over Gloo: an overflow on rank 1 only skips
+    the step on both, which keep the same weights and the same scale."""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(tests_dir)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1",
+               PYTHONPATH=os.pathsep.join([repo, tests_dir, os.environ.get("PYTHONPATH", "")]))
+    job = subprocess.run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+                          sys.executable, os.path.join(tests_dir, "amp_horovod_worker.py")],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    ranks = sorted((json.loads(line.split(":", 1)[1]) for line in job.stdout.splitlines()
+                    if line.endswith("}") and "<stdout>:" in line), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for rank in ranks:
+        assert rank["skipped"] == [0, 0, 0, 1, 0, 0] and rank["dtype"] == "float16"
+        assert rank["losses"][-1] < rank["losses"][0]
+    assert ranks[0]["scale"] == ranks[1]["scale"]
+    assert ranks[0]["weights"] == ranks[1]["weights"]
