@@ -494,3 +494,36 @@ def test_horovod_distributed_trainer_skips_on_every_rank():
         assert rank["losses"][-1] < rank["losses"][0]
     assert ranks[0]["scale"] == ranks[1]["scale"]
     assert ranks[0]["weights"] == ranks[1]["weights"]
+
+
+class _Scaled(gluon.HybridBlock):
+    """A block with a setting its graph depends on, changed as GluonCV's ``set_nms`` does."""
+
+    def __init__(self):
+        super().__init__()
+        self.factor = 1.0
+        with self.name_scope():
+            self.dense = gluon.nn.Dense(2, in_units=3)
+
+    def set_factor(self, factor):
+        self._clear_cached_op()
+        self.factor = factor
+
+    def hybrid_forward(self, F, x):
+        return self.dense(x) * self.factor
+
+
+def test_a_graph_changed_after_the_cast_is_traced_again():
+    amp.init()
+    net = _Scaled()
+    net.initialize()
+    net.hybridize(static_alloc=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    x = mx.nd.ones((1, 3))
+    before = net(x).asnumpy()
+    net.hybridize(static_alloc=True, static_shape=True)  # hybridize alone keeps the cast
+    assert (net(x).asnumpy() == before).all()
+    net.set_factor(4.0)
+    np.testing.assert_array_equal(net(x).asnumpy(), 4.0 * before)
+    assert net.dense.weight.data().dtype == np.float16

@@ -9,8 +9,9 @@ layers keep float32).  Calls with Symbols (tracing, ``export``), calls nested in
 call, losses and blocks no AMP Trainer updates (GluonCV's target generators, YOLOv3's
 ``async_net``) run as before.  The same wrappers let the block's ``save_parameters``,
 ``save_params`` and ``load_parameters`` write and read float32 files, as under MXNet AMP, and make
-``net.cast('float16')`` a no-op (mxfp16's rules decide each parameter's dtype).  ``amp.reset()``
-removes every wrapper.
+``net.cast('float16')`` a no-op (mxfp16's rules decide each parameter's dtype).  A block that
+clears its cached graph outside ``hybridize()`` (GluonCV's ``set_nms``, ``reset_class``) is traced
+again at its next call.  ``amp.reset()`` removes every wrapper.
 """
 import logging
 import threading
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 #: Dtype names a script's ``net.cast(...)`` may give under ``--amp``: left to mxfp16's rules.
 _LOW_PRECISION_NAMES = ("float16", "bfloat16")
 
-_calls = threading.local()  # .depth: HybridBlock calls in progress on this thread
+_calls = threading.local()  # .depth: HybridBlock calls in progress; .hybridizing: in hybridize()
 
 
 def _depth():
@@ -61,7 +62,7 @@ class Session:
         self.target_dtype = target_dtype
         self.op_lists = op_lists
         self._trained = weakref.WeakSet()  # Parameters of Trainers given to init_trainer
-        self._casts = weakref.WeakKeyDictionary()  # block -> (CastBlock, hybridize flags)
+        self._casts = weakref.WeakKeyDictionary()  # block -> [CastBlock, hybridize flags]
         self._declined = weakref.WeakKeyDictionary()  # block -> generation it was declined at
         self._generation = 0
 
@@ -83,6 +84,10 @@ class Session:
             entry[0].hybridize(flags is not None, **(flags or {}))
             entry[1] = flags
         return entry[0]
+
+    def graph_changed(self, block):
+        """``block`` cleared its cached graph (``set_nms``): trace it again at its next call."""
+        self._casts.pop(block, None)
 
     def adopted(self, block):
         """The cast network of ``block`` if it was adopted, else None."""
@@ -128,6 +133,22 @@ def _amp_cast(self, dtype):
     _state["originals"]["cast"](self, dtype)
 
 
+def _amp_clear_cached_op(self):
+    _state["originals"]["_clear_cached_op"](self)
+    session = current()
+    if session is not None and not getattr(_calls, "hybridizing", 0):
+        session.graph_changed(self)
+
+
+def _amp_hybridize(self, *args, **kwargs):
+    # hybridize() clears the cached graphs of the block and its children, without changing them
+    _calls.hybridizing = getattr(_calls, "hybridizing", 0) + 1
+    try:
+        _state["originals"]["hybridize"](self, *args, **kwargs)
+    finally:
+        _calls.hybridizing -= 1
+
+
 def _amp_save_parameters(self, filename, deduplicate=False):
     cast = current().adopted(self) if current() else None
     if cast is None:
@@ -158,6 +179,8 @@ def _amp_load_parameters(self, filename, ctx=None, allow_missing=False, ignore_e
 _WRAPPERS = (
     (gluon.HybridBlock, "__call__", _amp_call),
     (gluon.HybridBlock, "cast", _amp_cast),
+    (gluon.HybridBlock, "_clear_cached_op", _amp_clear_cached_op),
+    (gluon.HybridBlock, "hybridize", _amp_hybridize),
     (gluon.Block, "save_parameters", _amp_save_parameters),
     (gluon.Block, "save_params", _amp_save_params),
     (gluon.Block, "load_parameters", _amp_load_parameters),
