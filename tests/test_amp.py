@@ -527,3 +527,28 @@ def test_a_graph_changed_after_the_cast_is_traced_again():
     net.set_factor(4.0)
     np.testing.assert_array_equal(net(x).asnumpy(), 4.0 * before)
     assert net.dense.weight.data().dtype == np.float16
+
+
+def test_gradients_that_overflow_unscaled_train_below_scale_one():
+    """A summed loss whose float16 gradients overflow at scale 1 (YOLOv3's objectness over all
+    anchors): steps are skipped while the scale halves below 1, then the measured start fits it."""
+    amp.init()
+    net = _net(norm=False)
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-5},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    x = mx.nd.full((8, 4), 100.0)
+    net(x)  # the cast: float16 weights from here on
+    weights = []
+    for _ in range(8):
+        weights.append(net[3].weight.data().asnumpy())
+        with autograd.record():
+            loss = net(x).sum() * 1000.0  # float16 weight gradients of ~1e6 at scale 1
+            with amp.scale_loss(loss, trainer) as scaled:
+                autograd.backward(scaled)
+        trainer.step(8)
+    scaler = amp.loss_scaler(trainer)
+    assert scaler.num_skipped == 5 and scaler.loss_scale == 2.0 ** -8  # 1, 1/2, ..., 1/16 skip
+    np.testing.assert_array_equal(weights[0], weights[5])  # skipped: weights untouched
+    assert (net[3].weight.data().asnumpy() != weights[5]).any()  # then steps update

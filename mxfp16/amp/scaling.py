@@ -18,6 +18,11 @@ from ..loss_scaling import LossScaler, make_loss_scaler
 from ..optimizers import check_updates_on_workers, rescale_grad, restore_multi_precision
 from ..trainer import SCALER_STATE_ATTRIBUTE
 
+#: The smallest loss scale of ``init_trainer``'s dynamic scaler.  Below 1, as MXNet AMP's halving
+#: (which has no bound) reaches: losses summed over thousands of anchors (YOLOv3's objectness)
+#: give float16 gradients that overflow even unscaled, and train at a scale of 1/2**k.
+AMP_MIN_SCALE = 2.0 ** -24
+
 
 class TrainerScaling:
     """What ``init_trainer`` attaches to a Trainer: its loss scaler and this step's bookkeeping.
@@ -136,7 +141,7 @@ def attach(trainer, dtype, loss_scale=None):
                          "overflow can skip the step: create it with update_on_kvstore=False, as "
                          "GluonCV's scripts do under --amp")
     scaler = loss_scale if isinstance(loss_scale, LossScaler) else \
-        make_loss_scaler(loss_scale, dtype)
+        make_loss_scaler(loss_scale, dtype, min_scale=AMP_MIN_SCALE)
     hook = TrainerScaling(trainer, scaler, dtype)
     trainer._amp_loss_scaler = hook  # the attribute gluon.Trainer._update reads
     return hook
