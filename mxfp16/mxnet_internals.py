@@ -64,6 +64,13 @@ def trainer_update_on_kvstore_setting(trainer):
     return trainer._kvstore_params.get("update_on_kvstore")
 
 
+def trainer_scale(trainer):
+    """The factor a Trainer's ``step`` multiplies ``1/batch_size`` by (``trainer._scale``: the
+    optimizer's initial ``rescale_grad``, divided by the number of ranks in Horovod's
+    DistributedTrainer); MXNet AMP's ``scale_loss`` divides it by the loss scale."""
+    return trainer._scale
+
+
 def trainer_updaters(trainer):
     """The per-device optimizer ``Updater`` objects of a Trainer that updates on the workers
     (``trainer._updaters``), which hold the optimizer state (the float32 master weights among it);

@@ -553,3 +553,34 @@ def test_gradients_that_overflow_unscaled_train_below_scale_one():
     assert scaler.num_skipped >= 2 and scaler.loss_scale < 0.5  # 1 and 1/2 overflow at least
     np.testing.assert_array_equal(weights[0], weights[2])  # skipped: weights untouched
     assert (net[3].weight.data().asnumpy() != weights[0]).any()  # then steps update
+
+
+def test_mxnet_amps_own_scale_loss_works_with_the_trainer():
+    """GluonCV's R-CNN ForwardBackwardTask calls mxnet.contrib.amp.scale_loss itself: with a
+    Trainer given to mxfp16's init_trainer it scales by mxfp16's scale, updates like mxfp16's
+    scale_loss, and an overflow is skipped."""
+    from mxnet.contrib import amp as mxnet_amp
+    x, y = _data()
+    weights = []
+    for scale_loss in (amp.scale_loss, mxnet_amp.scale_loss):
+        amp.reset()
+        amp.init()
+        mx.random.seed(4)
+        net = _net(norm=False)
+        net.initialize(mx.init.Xavier())
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                                update_on_kvstore=False)
+        amp.init_trainer(trainer, loss_scale=512)
+        for step in range(3):
+            with autograd.record():
+                loss = gluon.loss.SoftmaxCELoss()(net(x), y)
+                with scale_loss(loss, trainer) as scaled:
+                    assert float(scaled.sum().asscalar()) == \
+                        pytest.approx(512 * float(loss.sum().asscalar()), rel=1e-6)
+                    autograd.backward(scaled)
+            if step == 2:
+                net[3].weight.grad()[0, 0] = np.inf
+            trainer.step(x.shape[0])
+        assert amp.loss_scaler(trainer).num_skipped == 1
+        weights.append(net[3].weight.data().asnumpy())
+    np.testing.assert_array_equal(weights[0], weights[1])

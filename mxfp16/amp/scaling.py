@@ -144,6 +144,10 @@ def attach(trainer, dtype, loss_scale=None):
         make_loss_scaler(loss_scale, dtype, min_scale=AMP_MIN_SCALE)
     hook = TrainerScaling(trainer, scaler, dtype)
     trainer._amp_loss_scaler = hook  # the attribute gluon.Trainer._update reads
+    # The one MXNet AMP's own scale_loss reads too: GluonCV's R-CNN ForwardBackwardTask imports
+    # mxnet.contrib.amp itself; its scale_loss then scales by this hook's loss_scale and undoes
+    # it through trainer._scale, so has_overflow (which saw no mxfp16 scale_loss) divides by 1.
+    trainer._amp_original_scale = mxnet_internals.trainer_scale(trainer)
     return hook
 
 
