@@ -15,28 +15,15 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
-from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
 from .. import mxnet_internals
 from .block import CastBlock
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
-                     FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
+                    INDEX_INPUTS, applies, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
 from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
                     without_dtype)
-
-_CONDITIONAL_FLOAT32 = {op: (attr, values)
-                        for op, attr, values in _amp_lists.CONDITIONAL_FP32_FUNCS}
-
-
-def _runs_in_float32(node):
-    op = node["op"]
-    if op in FLOAT32_OPS:
-        return True
-    rule = _CONDITIONAL_FLOAT32.get(op)
-    return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
-
 
 def _created_dtype(node):
     """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
@@ -47,7 +34,7 @@ def _created_dtype(node):
 
 def _target_dtype(node):
     """The dtype an op with inputs runs in, in the float16 graph."""
-    return node_dtype(node) or ("float32" if _runs_in_float32(node) else "float16")
+    return node_dtype(node) or ("float32" if applies("float32", node) else "float16")
 
 
 def _consumer_dtypes(rw):

@@ -25,8 +25,7 @@ import logging
 
 import mxnet as mx
 
-from .rules import (CONDITIONAL_GRID_PRESERVING_OPS, EXACT_CONSTANT_OPS, GEMM_OPS,
-                     GRID_PRESERVING_OPS, INDEX_INPUTS)
+from .rules import EXACT_CONSTANT_OPS, GEMM_OPS, INDEX_INPUTS, applies
 from .graph import DTYPE_CODES, GraphRewriter, node_dtype
 
 log = logging.getLogger(__name__)
@@ -73,11 +72,7 @@ def resolve_emulate(emulate, dtype):
 
 def is_grid_preserving(node):
     """Whether ``node`` only selects or moves values, so rounded inputs give rounded outputs."""
-    op = node["op"]
-    if op in GRID_PRESERVING_OPS:
-        return True
-    rule = CONDITIONAL_GRID_PRESERVING_OPS.get(op)
-    return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
+    return applies("grid", node)
 
 
 class _Emulator:
