@@ -10,6 +10,7 @@ A Gluon block is traced twice, in training and in inference mode, so that Python
 runs the graph of the current mode.
 """
 import json
+from collections import namedtuple
 
 import mxnet as mx
 import numpy as np
@@ -312,41 +313,67 @@ def _input_names(block, input_names):
     return inputs[0]
 
 
+#: One traced call: the cast graph, its data inputs (names and positions among the call's flat
+#: arrays), the nesting of its outputs, and the structure of the float32 graph (to compare traces).
+Trace = namedtuple("Trace", ["data_names", "positions", "graph", "out_fmt", "structure"])
+
+
+def _traced_outputs(block, symbols, training, recording):
+    """``block(*symbols)`` in the autograd state of the call being traced: GluonCV's YOLOv3 returns
+    its losses when recording in training mode, raw predictions when only training."""
+    scope = autograd.record(train_mode=True) if training and recording else \
+        autograd.train_mode() if training else autograd.predict_mode()
+    with scope:
+        return block(*symbols)
+
+
 def _variant_tracer(block, dtype, emulate, mode):
-    """``trace(call, names=None) -> (data names, positions, (inference graph, training graph or
-    None), output format)``: the cast graphs of ``block`` called as in ``call`` (nested lists,
-    None), the inputs it uses (their names and positions among the call's flat arrays) and the
-    nesting of its outputs, for :class:`CastBlock`."""
-    def trace(call, names=None):
+    """``trace(call, names=None, training=False, recording=None) -> Trace``: the cast graph of
+    ``block`` called as in ``call`` (nested lists, None), in one mode, for :class:`CastBlock`.
+    ``recording`` (default: ``training``) traces inside ``autograd.record()``."""
+    def trace(call, names=None, training=False, recording=None):
         flat, fmt, _ = call_structure(call)
         names = list(names) if names else [f"input{index}" for index in range(len(flat))]
         symbols = mxnet_internals.regroup(
             [None if array is None else mx.sym.var(name) for array, name in zip(flat, names)], fmt)
-        graphs, out_fmt = [], None
-        for scope in (autograd.predict_mode, autograd.train_mode):
-            with scope():
-                try:
-                    outputs = block(*symbols)
-                except (TypeError, AssertionError) as error:
-                    raise TypeError(f"the cast network takes what {describe_signature(block)} "
-                                    f"takes, called with {describe_call(call)}: "
-                                    f"{' '.join(str(error).split())}") from None
+        with autograd.pause():  # the casting's own NDArray work is never recorded
+            try:
+                outputs = _traced_outputs(block, symbols, training,
+                                          training if recording is None else recording)
+            except (TypeError, AssertionError) as error:
+                raise TypeError(f"the cast network takes what {describe_signature(block)} takes, "
+                                f"called with {describe_call(call)} in "
+                                f"{'training' if training else 'inference'} mode: "
+                                f"{' '.join(str(error).split())}") from None
             out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
-            graphs.append(out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat))
-        inference, training = graphs
-        used = set(inference.list_arguments()) | set(training.list_arguments())
-        positions = [index for index, (array, name) in enumerate(zip(flat, names))
-                     if array is not None and name in used]
-        data_names = [names[index] for index in positions]
-        if _structure(training) == _structure(inference):
-            training = None
-        cast = [None if sym is None else
-                cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
-                for sym in (inference, training)]
-        _cast_parameters(block.collect_params(), [sym for sym in cast if sym is not None],
-                         data_names)
-        return data_names, positions, cast, out_fmt
+            graph = out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat)
+            used = set(graph.list_arguments())
+            positions = [index for index, (array, name) in enumerate(zip(flat, names))
+                         if array is not None and name in used]
+            data_names = [names[index] for index in positions]
+            cast = cast_symbol(graph, dtype, emulate=emulate, mode=mode, data_names=data_names)
+            _cast_parameters(block.collect_params(), [cast], data_names)
+        return Trace(data_names, positions, cast, out_fmt, _structure(graph))
     return trace
+
+
+def _closed_signature(block, count):
+    """Whether ``block`` takes exactly ``count`` inputs, none optional: its training call is then
+    its inference call, and both can be traced when it is cast."""
+    inputs = block_inputs(block)
+    return inputs is not None and not inputs[1] and len(inputs[0]) == count
+
+
+def _trace_plain(tracer, block, names):
+    """The traces of the call with ``names``: inference, and training where the block's signature
+    leaves no other training call (None: traced at the first training call, with its inputs)."""
+    inference = tracer([mx.nd.zeros(1)] * len(names), names)
+    if not _closed_signature(block, len(names)):
+        return inference, None
+    training = tracer([mx.nd.zeros(1)] * len(names), names, training=True)
+    if training.structure == inference.structure:
+        training = training._replace(graph=None)
+    return inference, training
 
 
 def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None):
@@ -434,12 +461,13 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
                   cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
                   for sym in graphs]
         _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
-        tracer, traced = None, (data_names, list(range(len(data_names))), graphs, None)
+        tracer, plain = None, (len(data_names), list(range(len(data_names))), None)
+        plain_training = (data_names,) + plain[1:]
     else:  # traced called with plain arrays; other calls traced on first use
         tracer = _variant_tracer(block, dtype, emulate, mode)
         names = _input_names(block, input_names)
         try:
-            traced = tracer([mx.nd.zeros(1)] * len(names), names)
+            inference, training = _trace_plain(tracer, block, names)
         except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
             if input_names is not None:
                 raise
@@ -447,13 +475,14 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
             # call, which also casts the parameters; until then the graph holds the parameters.
             graph = mx.sym.Group([mx.sym.var(name, dtype=param.dtype)
                                   for name, param in params.items()])
-            names, traced = (), ([], [], [graph, None], None)
+            names, inference, training = (), Trace([], [], graph, None, None), None
+        data_names, graphs = inference.data_names, (inference.graph, training and training.graph)
+        plain = (len(names), inference.positions, inference.out_fmt)
+        plain_training = training and (training.data_names, training.positions, training.out_fmt)
     keys = block.param_keys if isinstance(block, CastBlock) else \
         mxnet_internals.block_param_keys(block)
-    data_names, positions, graphs, out_fmt = traced
-    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer,
-                     plain=(len(positions) if tracer is None else len(names), positions, out_fmt),
-                     original=None if tracer is None else block)
+    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer, plain=plain,
+                     original=None if tracer is None else block, plain_training=plain_training)
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)
