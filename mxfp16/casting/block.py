@@ -173,8 +173,11 @@ class CastBlock(gluon.SymbolBlock):
         autograd recording state of the call)."""
         trace = self._tracer(call, training=training,
                              recording=training and autograd.is_recording())
-        block = gluon.SymbolBlock(trace.graph, _data_inputs(trace.data_names),
-                                  params=self.collect_params())
+        # The original's parameters as they are now: GluonCV's R-CNN creates its target
+        # generator (and its constants) at the first training call, that is, in this trace.
+        params = self.collect_params() if self._original is None else \
+            self._original.collect_params()
+        block = gluon.SymbolBlock(trace.graph, _data_inputs(trace.data_names), params=params)
         self.register_child(block, f"variant{len(self._variants)}")
         flags = mxnet_internals.hybridize_flags(self)
         if flags is not None:
