@@ -15,16 +15,15 @@ from collections import namedtuple
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
-from mxnet.contrib import amp
 
 from .. import mxnet_internals
+from .amp_graph import cast_with_amp, float32_tail
 from .block import CastBlock
-from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
+from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                     INDEX_INPUTS, applies, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
-from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
-                    without_dtype)
+from .graph import (DTYPE_CODES, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, without_dtype)
 
 def _created_dtype(node):
     """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
@@ -33,21 +32,22 @@ def _created_dtype(node):
     return "float32" if dtype == "None" else dtype
 
 
-def _target_dtype(node):
-    """The dtype an op with inputs runs in, in the float16 graph."""
-    return node_dtype(node) or ("float32" if applies("float32", node) else "float16")
+def _target_dtype(node, tail=False):
+    """The dtype an op with inputs runs in, in the float16 graph (``tail``: no GEMM reads it)."""
+    return node_dtype(node) or (
+        "float32" if tail or applies("float32", node) else "float16")
 
 
-def _consumer_dtypes(rw):
+def _consumer_dtypes(rw, tail):
     """``{old node id: set of dtypes its consumers run in}``, index inputs left out."""
     wanted = {}
-    for node in rw.old_nodes:
+    for old_id, node in enumerate(rw.old_nodes):
         if node["op"] == "null" or not node["inputs"]:
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
         for position, entry in enumerate(node["inputs"]):
             if position not in skip:
-                wanted.setdefault(entry[0], set()).add(_target_dtype(node))
+                wanted.setdefault(entry[0], set()).add(_target_dtype(node, old_id in tail))
     return wanted
 
 
@@ -76,7 +76,7 @@ _FLOAT_DTYPE_ATTRS = ("float32", "float16", "float64")
 _FLOAT_KINDS = ("float16", "float32")
 
 
-def _cast_op(rw, old_id, node, inputs, kind):
+def _cast_op(rw, old_id, node, inputs, kind, tail):
     """Emit an op with inputs in the float16 graph: its inputs cast to the dtype it runs in; return
     that dtype.  Ops on integer values only (valid lengths, positions cast to int32) stay so."""
     skip = INDEX_INPUTS.get(node["op"], ())
@@ -84,7 +84,7 @@ def _cast_op(rw, old_id, node, inputs, kind):
     if kinds and all(k is not None and k not in _FLOAT_KINDS for k in kinds):
         rw.emit(node, inputs, old_id)
         return kinds[0]
-    target = _target_dtype(node)
+    target = _target_dtype(node, tail)
     other = {"float32": "float16", "float16": "float32"}[target]
     inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
               for i, e in enumerate(inputs)]
@@ -100,15 +100,23 @@ def _cast_whole_graph(sym, data_names):
 
     Every op runs in float16 but those of :data:`~mxfp16.casting.rules.FLOAT32_OPS`, which take float32
     and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
-    (softmax between two batch_dots, LayerNorm between GEMMs).
+    (softmax between two batch_dots, LayerNorm between GEMMs), and those no GEMM reads
+    (:func:`~mxfp16.casting.amp_graph.float32_tail`: box decoding, NMS, losses).
     """
     rw = GraphRewriter(sym)
-    consumers = _consumer_dtypes(rw)
+    tail = float32_tail(rw)
+    consumers = _consumer_dtypes(rw, tail)
     kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "null":
             is_data = node["name"] in data_names
-            new_id = rw.emit(node if is_data else without_dtype(node), [], old_id)
+            if not is_data:  # declared float32 where only float32 ops read it (SSD's anchors,
+                # which slice_like reads without giving them a type), else left to inference
+                node = without_dtype(node)
+                if consumers.get(old_id) == {"float32"}:
+                    node = dict(node, attrs=dict(node.get("attrs", {}),
+                                                 __dtype__=DTYPE_CODES["float32"]))
+            new_id = rw.emit(node, [], old_id)
             kind[new_id] = "float32" if is_data else None
             continue
         if not node["inputs"]:  # its dtype attribute decides, not the float16 rule
@@ -118,66 +126,12 @@ def _cast_whole_graph(sym, data_names):
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         target = node_dtype(node)
         if target is None:
-            target = _cast_op(rw, old_id, node, inputs, kind)
+            target = _cast_op(rw, old_id, node, inputs, kind, old_id in tail)
         else:
             rw.emit(node, inputs, old_id)
         kind[len(rw.nodes) - 1] = target
     heads = [rw.cast(h, "float32") if kind.get(h[0]) == "float16" else h for h in rw.heads()]
     return rw.to_symbol(heads)
-
-
-def _mark_new_casts(sym, before):
-    """Mark the cast nodes AMP inserted (names not in ``before``) so a later cast can drop them."""
-    rw = GraphRewriter(sym, drop_inserted=False)
-    for old_id, node in rw.nodes_in_order():
-        if node["op"] in ("amp_cast", "amp_multicast") and node["name"] not in before:
-            node = dict(node, attrs=dict(node.get("attrs", {}), **{MARK: "amp"}))
-        rw.copy(old_id, node)
-    return rw.to_symbol(rw.heads())
-
-
-def _outputs_to_float32(sym, data_names):
-    """Cast every output that is not float32 (as inferred with float32 data) to float32."""
-    types = internal_dtypes(sym, data_names)
-    rw = GraphRewriter(sym, drop_inserted=False)
-    for old_id, node in rw.nodes_in_order():
-        rw.copy(old_id, node)
-    heads = [rw.cast(h, "float32") if types.get(name, "float32") != "float32" else h
-             for h, name in zip(rw.heads(), sym.list_outputs())]
-    return rw.to_symbol(heads)
-
-
-def _lacks_bfloat16_kernel(op):
-    """Whether MXNet 1.9.1 cannot run ``op`` in bfloat16 on a CPU although AMP may leave it so."""
-    return op in BFLOAT16_FLOAT32_GEMMS or (
-        op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
-
-
-def _float32_where_no_bfloat16_kernel(sym):
-    """Cast the inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the interleaved
-    attention matmuls) to float32 before AMP's bfloat16 pass, which would otherwise leave them
-    bfloat16 (widest-type rule) or fail its own type inference (ops in none of its lists)."""
-    rw = GraphRewriter(sym)
-    for old_id, node in rw.nodes_in_order():
-        if node["op"] == "null" or not _lacks_bfloat16_kernel(node["op"]):
-            rw.copy(old_id, node)
-            continue
-        skip = INDEX_INPUTS.get(node["op"], ())
-        inputs = [rw.input_entry(e) for e in node["inputs"]]
-        rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
-                old_id)
-    return rw.to_symbol(rw.heads())
-
-
-def _cast_with_amp(sym, dtype, data_names):
-    """MXNet's AMP pass with its own op lists; outputs come back as float32."""
-    plain = strip(sym, data_names)
-    if dtype == "bfloat16":
-        plain = _float32_where_no_bfloat16_kernel(plain)
-    before = {node["name"] for node in GraphRewriter(plain).old_nodes}
-    converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
-                                   cast_optional_params=(dtype == "float16"))
-    return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
 
 
 def _describe(value):
@@ -248,9 +202,9 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
         return sym
     if dtype == "bfloat16":
         resolve_emulate(emulate, dtype)
-        return _cast_with_amp(sym, dtype, data_names)
+        return cast_with_amp(sym, dtype, data_names)
     gpu = _cast_whole_graph(sym, data_names) if mode == "full" else \
-        _cast_with_amp(sym, dtype, data_names)
+        cast_with_amp(sym, dtype, data_names)
     if not resolve_emulate(emulate, dtype):
         return gpu
     plan = internal_dtypes(gpu, data_names)

@@ -20,9 +20,9 @@ The rules:
 ``dtype_attr``
     The op's output dtype is its ``dtype`` attribute (float32 when unset), not its input's.
 ``index``
-    The inputs at ``inputs`` hold integer indices: never cast, never rounded.
-``integer``
-    The op's outputs are integers or counts: it keeps the dtype its inputs have.
+    The inputs at ``inputs`` hold integer indices or box coordinates: never cast, never rounded.
+``widest``
+    A multi-input op: all its float inputs get one dtype, the widest among them (MXNet AMP's rule).
 ``grid``
     The op only selects or moves values: float16 inputs give float16-grid outputs.
 ``constant``
@@ -43,7 +43,7 @@ from ..dtypes import (GRAD_SCALE_HEADS, LABELLED_HEADS, LOSS_HEADS, LOW_PRECISIO
 CAST_MODES = ("full", "amp")
 
 #: The rules a row may give (see the module docstring).
-RULES = ("float32", "norm", "float16_data", "gemm", "dtype_attr", "index", "integer", "grid",
+RULES = ("float32", "norm", "float16_data", "gemm", "dtype_attr", "index", "widest", "grid",
          "constant")
 
 #: One row of the table: ``ops`` (names, a family), its ``rule``, the ``reason``, the input
@@ -126,6 +126,22 @@ OP_RULES = [
         "new ones, so emulation need not round their output again"),
     row("Activation", "grid", "relu selects", when=("act_type", ("relu",))),
     row("Pooling", "grid", "max-pooling selects", when=("pool_type", ("max",))),
+    row(_amp_lists.WIDEST_TYPE_CASTS, "widest", "MXNet AMP's widest-type list: the inputs of a "
+        "multi-input op get one dtype, the widest of theirs (float32 if one is float32)"),
+    # Detection (GluonCV's SSD, YOLOv3, Faster/Mask R-CNN, CenterNet).  What follows the last GEMM
+    # (box decoding, anchors, NMS, scores, in-network losses) runs in float32 by the graph rule of
+    # amp_graph.float32_tail; these rows hold wherever the ops sit.
+    row(("_contrib_ROIAlign", "ROIPooling", "_contrib_PSROIPooling"), "float32", "box "
+        "coordinates stay float32, and the kernel wants features and rois of one dtype (MXNet "
+        "AMP's widest-type rule gives the same)"),
+    row(("_contrib_ROIAlign", "ROIPooling", "_contrib_PSROIPooling"), "index", "rois are box "
+        "coordinates: a float16 coordinate above 2048 steps by 2 px or more", inputs=(1,)),
+    row(("_contrib_MultiBoxPrior", "_contrib_MultiBoxTarget", "_contrib_MultiBoxDetection",
+         "_contrib_Proposal", "_contrib_MultiProposal", "_contrib_box_nms",
+         "_contrib_box_non_maximum_suppression", "_contrib_box_iou", "_contrib_box_encode",
+         "_contrib_box_decode", "_contrib_bipartite_matching"), "float32", "anchors, box "
+        "targets, proposals and NMS: coordinates and scores stay float32, where float16 would "
+        "move boxes and reorder close scores"),
     row(("_zeros", "_ones", "_zeros_without_dtype"), "constant", "zeros and ones are exact in "
         "float16 and bfloat16: recurrent begin states and masks are created in the dtype their "
         "consumers need"),
@@ -188,7 +204,7 @@ FLOAT32_OPS = ops_with("float32")
 GEMM_OPS = ops_with("gemm")
 DTYPE_ATTR_OPS = ops_with("dtype_attr")
 INDEX_INPUTS = index_inputs()
-INTEGER_OPS = ops_with("integer")
+WIDEST_TYPE_OPS = ops_with("widest")
 GRID_PRESERVING_OPS = ops_with("grid")
 EXACT_CONSTANT_OPS = ops_with("constant")
 
