@@ -157,10 +157,6 @@ TRAINING_LIMITS = {
     ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "float16"): "its deconvolution head: "
                                                                      + DECONV,
     ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "bfloat16"): "as float16",
-    ("gluoncv.model_zoo.fcn", "float16"): "MixSoftmaxCrossEntropyLoss is built on SoftmaxOutput, "
-                                          "which ignores the loss scale: float16 updates are "
-                                          "1/scale of float32's (issue 20, point 3, another "
-                                          "branch)",
 }
 
 #: Dense-prediction modules not swept here: why.
