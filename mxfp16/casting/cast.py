@@ -23,7 +23,7 @@ from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                     INDEX_INPUTS, applies, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
-from .graph import (DTYPE_CODES, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, without_dtype)
+from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, without_dtype)
 
 def _created_dtype(node):
     """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
@@ -42,8 +42,8 @@ def _consumer_dtypes(rw, tail):
     """``{old node id: set of dtypes its consumers run in}``, index inputs left out."""
     wanted = {}
     for old_id, node in enumerate(rw.old_nodes):
-        if node["op"] == "null" or not node["inputs"]:
-            continue
+        if node["op"] == "null" or not node["inputs"] or node.get("attrs", {}).get(MARK):
+            continue  # inserted casts of an earlier cast are not consumers: they are dropped
         skip = INDEX_INPUTS.get(node["op"], ())
         for position, entry in enumerate(node["inputs"]):
             if position not in skip:
