@@ -14,6 +14,9 @@ from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS,
 #: Embedding's table is float16, wherever it sits).
 KEPT_OPS = GEMM_OPS | DTYPE_ATTR_OPS
 
+#: Dtypes a float32 cast applies to (None: not inferred, as a parameter of deferred shape).
+_FLOATS = (None, "float16", "float32", "bfloat16")
+
 
 def float32_tail(rw):
     """Old ids of the ops that run in float32 because no GEMM reads their value: what follows
@@ -27,18 +30,29 @@ def float32_tail(rw):
             and old_id not in feeds and node["op"] not in ("Cast", "amp_cast")}
 
 
-def _float32_inputs(sym, wanted):
-    """Cast to float32 the (non-index) inputs of the nodes ``wanted(rw) -> old ids`` selects."""
+def _entry_dtype(rw, types, old_entry):
+    """The dtype of an old entry in ``types`` (:func:`internal_dtypes` of the graph), or None."""
+    node = rw.old_nodes[old_entry[0]]
+    if node["op"] == "null":
+        return types.get(node["name"])
+    name, index = node["name"], old_entry[1]
+    return types.get(f"{name}_output{index}", types.get(f"{name}_output") if index == 0 else None)
+
+
+def _float32_inputs(sym, wanted, data_names):
+    """Cast to float32 the float inputs of the nodes ``wanted(rw) -> old ids`` selects (not their
+    index inputs, nor integer values: shapes, top-k indices)."""
     rw = GraphRewriter(sym)
     chosen = wanted(rw)
+    types = internal_dtypes(sym, data_names) if chosen else {}
     for old_id, node in rw.nodes_in_order():
         if old_id not in chosen:
             rw.copy(old_id, node)
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
-        inputs = [rw.input_entry(e) for e in node["inputs"]]
-        rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
-                old_id)
+        inputs = [rw.input_entry(e) if i in skip or _entry_dtype(rw, types, e) not in _FLOATS
+                  else rw.cast(rw.input_entry(e), "float32") for i, e in enumerate(node["inputs"])]
+        rw.emit(node, inputs, old_id)
     return rw.to_symbol(rw.heads())
 
 
@@ -97,10 +111,10 @@ def _mixed_multi_input(rw):
 def cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists, after mxfp16's rules (see the module docstring);
     outputs come back as float32."""
-    plain = _float32_inputs(strip(sym, data_names), float32_tail)
+    plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
     if dtype == "bfloat16":
-        plain = _float32_inputs(plain, _no_bfloat16_kernel)
-        plain = _float32_inputs(plain, _mixed_multi_input)
+        plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
+        plain = _float32_inputs(plain, _mixed_multi_input, data_names)
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))
