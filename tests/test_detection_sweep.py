@@ -74,25 +74,41 @@ def yolo_loss(net, x):
     return lambda cast: sum(cast(x, mx.nd.array(GT_BOX), *targets))
 
 
-def faster_loss(net, x):
+def rcnn_loss(net, x, masks=False):
+    """train_faster_rcnn.py's and train_mask_rcnn.py's losses: RPN objectness and boxes against
+    RPNTargetGenerator's targets, RCNN classes and boxes against the network's own targets, and
+    for Mask R-CNN the masks against its MaskTargetGenerator's."""
     from gluoncv.model_zoo.rcnn.rpn.rpn_target import RPNTargetGenerator
     box, label = mx.nd.array(GT_BOX), mx.nd.array(GT_ID)
+    gt_masks = mx.nd.zeros((1, 2, SIZE, SIZE))
+    gt_masks[0, 0, 12:70, 10:60] = 1
+    gt_masks[0, 1, 40:110, 50:120] = 1
     rpn_targets = RPNTargetGenerator(num_sample=32, pos_iou_thresh=0.5, neg_iou_thresh=0.3)
     sigmoid, huber = gluon.loss.SigmoidBinaryCrossEntropyLoss(), gluon.loss.HuberLoss(rho=1 / 9.)
     softmax = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def loss(cast):
-        (cls_pred, box_pred, _, _, _, rpn_score, rpn_box, anchors, cls_targets, box_targets,
-         box_masks, *_) = cast(x, box, label)
+        outputs = list(cast(x, box, label))
+        mask_pred = outputs.pop(2) if masks else None
+        (cls_pred, box_pred, roi, _, matches, rpn_score, rpn_box, anchors, cls_targets,
+         box_targets, box_masks, *rest) = outputs
         with autograd.pause():
             rpn_cls, rpn_box_t, rpn_mask = [mx.nd.array(t) for t in rpn_targets(
                 box[0], anchors.reshape((-1, 4)), SIZE, SIZE)]
         rpn_weight = (rpn_cls >= 0).expand_dims(0)
-        rpn = sigmoid(rpn_score.squeeze(-1), (rpn_cls >= 1).expand_dims(0), rpn_weight).sum() \
-            + huber(rpn_box, rpn_box_t.expand_dims(0), rpn_mask.expand_dims(0)).sum()
-        head = softmax(cls_pred, cls_targets, cls_targets >= 0).sum() \
+        total = sigmoid(rpn_score.squeeze(-1), (rpn_cls >= 1).expand_dims(0), rpn_weight).sum() \
+            + huber(rpn_box, rpn_box_t.expand_dims(0), rpn_mask.expand_dims(0)).sum() \
+            + softmax(cls_pred, cls_targets, cls_targets >= 0).sum() \
             + huber(box_pred, box_targets, box_masks).sum()
-        return rpn + head
+        if masks:  # the positive RoIs the mask head saw (indices), as train_mask_rcnn.py takes
+            with autograd.pause():
+                indices = rest[-1][0]
+                mask_targets, mask_weights = net.mask_target(
+                    roi[0].take(indices).expand_dims(0), gt_masks,
+                    matches[0].take(indices).expand_dims(0),
+                    cls_targets[0].take(indices).expand_dims(0))
+            total = total + sigmoid(mask_pred, mask_targets, mask_weights).sum()
+        return total
     return loss
 
 
@@ -126,7 +142,7 @@ def pose_loss(net, x):
 def segmentation(name):
     """A segmentation network for SIZE/2 crops (its output is resized to the crop size)."""
     size = SIZE // 2
-    return lambda: get_model(name, pretrained_base=False, aux=True, classes=3, crop_size=size,
+    return lambda: get_model(name, pretrained_base=False, aux=True, crop_size=size,
                              base_size=size)
 
 
@@ -137,8 +153,9 @@ SWEEP = {
         lambda: get_model("ssd_300_mobilenet0.25_voc", pretrained_base=False), ssd_loss),
     "gluoncv.model_zoo.yolo.yolo3": (
         lambda: get_model("yolo3_mobilenet0.25_voc", pretrained_base=False), yolo_loss),
-    "gluoncv.model_zoo.rcnn.faster_rcnn.predefined_models": (lambda: rcnn("faster"),
-                                                              faster_loss),
+    "gluoncv.model_zoo.rcnn.faster_rcnn.predefined_models": (lambda: rcnn("faster"), rcnn_loss),
+    "gluoncv.model_zoo.rcnn.mask_rcnn.predefined_models": (
+        lambda: rcnn("mask"), lambda net, x: rcnn_loss(net, x, masks=True)),
     "gluoncv.model_zoo.center_net.center_net": (
         lambda: get_model("center_net_resnet18_v1b_voc", pretrained_base=False), centernet_loss),
     "gluoncv.model_zoo.fcn": (segmentation("fcn_resnet50_voc"), segmentation_loss),
@@ -157,13 +174,13 @@ TRAINING_LIMITS = {
     ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "float16"): "its deconvolution head: "
                                                                      + DECONV,
     ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "bfloat16"): "as float16",
+    ("gluoncv.model_zoo.rcnn.mask_rcnn.predefined_models", "float16"): "its mask head: " + DECONV,
 }
 
 #: Dense-prediction modules not swept here: why.
 EXCEPTIONS = {
-    "gluoncv.model_zoo.rcnn.mask_rcnn.predefined_models": "Mask R-CNN's mask head is a "
-    "Conv2DTranspose: " + DECONV + "; Faster R-CNN, its detector, is swept",
-    "gluoncv.model_zoo.rcnn.mask_rcnn.mask_rcnn": "custom_mask_rcnn_fpn: as Mask R-CNN",
+    "gluoncv.model_zoo.rcnn.mask_rcnn.mask_rcnn": "custom_mask_rcnn_fpn: Mask R-CNN (swept) "
+    "with a feature pyramid of the layers swept here",
     "gluoncv.model_zoo.rcnn.faster_rcnn.doublehead_rcnn": "a Faster R-CNN variant (swept) with "
     "a second head of the same layers",
     "gluoncv.model_zoo.pspnet": "the FCN family's backbone and loss (swept) with a pyramid "

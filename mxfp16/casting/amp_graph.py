@@ -40,18 +40,26 @@ def _entry_dtype(rw, types, old_entry):
 
 
 def _float32_inputs(sym, wanted, data_names):
-    """Cast to float32 the float inputs of the nodes ``wanted(rw) -> old ids`` selects (not their
-    index inputs, nor integer values: shapes, top-k indices)."""
-    rw = GraphRewriter(sym)
+    """Cast to float32 the float values the nodes ``wanted(rw) -> old ids`` selects read: not
+    their index inputs, integer values (shapes, top-k indices) or parameters (AMP gives those
+    their dtype; BatchNorm's running statistics must stay variables).  ``sym`` is stripped of an
+    earlier cast's nodes already; the casts of the passes before this one are kept."""
+    rw = GraphRewriter(sym, drop_inserted=False)
     chosen = wanted(rw)
     types = internal_dtypes(sym, data_names) if chosen else {}
+
+    def read_as_is(position, entry, skip):
+        source = rw.old_nodes[entry[0]]
+        return position in skip or _entry_dtype(rw, types, entry) not in _FLOATS or (
+            source["op"] == "null" and source["name"] not in data_names)
+
     for old_id, node in rw.nodes_in_order():
         if old_id not in chosen:
             rw.copy(old_id, node)
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
-        inputs = [rw.input_entry(e) if i in skip or _entry_dtype(rw, types, e) not in _FLOATS
-                  else rw.cast(rw.input_entry(e), "float32") for i, e in enumerate(node["inputs"])]
+        inputs = [rw.input_entry(e) if read_as_is(i, e, skip) else
+                  rw.cast(rw.input_entry(e), "float32") for i, e in enumerate(node["inputs"])]
         rw.emit(node, inputs, old_id)
     return rw.to_symbol(rw.heads())
 
