@@ -130,6 +130,11 @@ class LossScaler:
             self._pending[key] = _PendingStep(getattr(trainer, "scaled_with", None) or self._scale)
         return self._pending[key]
 
+    def is_unscaled(self, trainer):
+        """Whether :meth:`unscale` divided ``trainer``'s gradients of the step in progress."""
+        pending = self._pending.get(_trainer_key(trainer))
+        return pending is not None and pending.unscaled
+
     def discard_step(self, trainer):
         """Forget ``trainer``'s step in progress: its next backward starts a new one (a step that
         was aggregated or unscaled but never taken must not leak into the next)."""

@@ -9,6 +9,7 @@ A Gluon block is traced twice, in training and in inference mode, so that Python
 ``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.casting.block.CastBlock` returned
 runs the graph of the current mode.
 """
+import functools
 import json
 from collections import namedtuple
 
@@ -22,8 +23,10 @@ from .block import CastBlock
 from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                     INDEX_INPUTS, applies, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
-from .signature import block_inputs, call_structure, describe_call, describe_signature
-from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, without_dtype)
+from .signature import (block_inputs, call_structure, describe_call, describe_signature,
+                        imperative_call_error)
+from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype,
+                    without_dtype)
 
 def _created_dtype(node):
     """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
@@ -295,10 +298,10 @@ def _variant_tracer(block, dtype, emulate, mode):
                 outputs = _traced_outputs(block, symbols, training,
                                           training if recording is None else recording)
             except (TypeError, AssertionError) as error:
-                raise TypeError(f"the cast network takes what {describe_signature(block)} takes, "
-                                f"called with {describe_call(call)} in "
-                                f"{'training' if training else 'inference'} mode: "
-                                f"{' '.join(str(error).split())}") from None
+                raise imperative_call_error(error, block) or TypeError(
+                    f"the cast network takes what {describe_signature(block)} takes, called with "
+                    f"{describe_call(call)} in {'training' if training else 'inference'} mode: "
+                    f"{' '.join(str(error).split())}") from None
             out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
             graph = out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat)
             used = set(graph.list_arguments())
@@ -422,8 +425,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         names = _input_names(block, input_names)
         try:
             inference, training = _trace_plain(tracer, block, names)
-        except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
-            if input_names is not None:
+        except (TypeError, ValueError, AssertionError, mx.base.MXNetError) as error:
+            # nd.* in hybrid_forward fails every trace: say so now, not at the first call
+            if input_names is not None or getattr(error, "method", None) == "hybrid_forward":
                 raise
             # Inputs that must be nested (a decoder's [memory, mask] states): traced at the first
             # call, which also casts the parameters; until then the graph holds the parameters.
@@ -437,6 +441,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         mxnet_internals.block_param_keys(block)
     cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer, plain=plain,
                      original=None if tracer is None else block, plain_training=plain_training)
+    cast.recast = functools.partial(cast_symbol, mode=mode)  # export's float16 graph
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)
