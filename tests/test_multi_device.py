@@ -53,6 +53,12 @@ def runs(monkeypatch, tmp_path):
     return started
 
 
+def saved_network(prefix, epoch):
+    """The network of a checkpoint under the names training uses (the files' names are relative
+    to the zoo network's scope)."""
+    return checkpoint.load_checkpoint(checkpoint.checkpoint_name(prefix, epoch)).network
+
+
 def trained_arrays(api):
     """``{name: [array on each device]}`` of the trained parameters (BatchNorm's running
     statistics are each device's own, as in MXNet)."""
@@ -148,7 +154,7 @@ def test_two_cpus_train_float16_with_dynamic_scaling_and_identical_devices(
     assert checkpoint.saved_epochs(prefix) == [1, 2]
     # BatchNorm's running statistics are each device's; the checkpoint holds their mean.
     statistics = device_copies(trained, trained.network.aux_params)
-    saved = mx.model.load_checkpoint(prefix, 2)[2]
+    saved = saved_network(prefix, 2).aux_params
     assert sorted(saved) == sorted(statistics)
     for name, (first, second) in statistics.items():
         assert np.array_equal(saved[name].asnumpy(), (first.asnumpy() + second.asnumpy()) / 2), name
@@ -228,7 +234,7 @@ def test_a_checkpoint_does_not_depend_on_the_number_of_devices(train_imagenet, r
         [[a.shape for a in one_states[i]] for i in two_states]
     # Loaded onto one device, then back onto two: weights, optimizer state and loss scale as saved.
     for (_, start_params, start_states), (prefix, epoch) in zip(runs[2:], ((two, 1), (one, 2))):
-        assert_params_equal(start_params, mx.model.load_checkpoint(prefix, epoch)[1])
+        assert_params_equal(start_params, saved_network(prefix, epoch).arg_params)
         assert_states_equal(saved_states(start_states),
                             saved_states(checkpoint.checkpoint_paths(prefix, epoch).states))
     for run, (prefix, epoch) in ((one, (two, 1)), (back, (one, 2))):

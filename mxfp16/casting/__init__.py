@@ -3,18 +3,21 @@
 One concept, one subpackage:
 
 - :mod:`.cast`: ``cast_block`` and ``cast_symbol``, the graph rewrite that gives each op its dtype;
-- :mod:`.rules`: the per-op dtype rules, as named data with their reasons;
+- :mod:`.rules`: the per-op dtype rules, a table of rows with their reasons;
+- :mod:`.amp_graph`: MXNet's AMP pass (``mode='amp'``, bfloat16) after mxfp16's rules;
 - :mod:`.graph`: the JSON rewrite of an MXNet graph that casting and emulation share;
 - :mod:`.block`: ``CastBlock``, what ``cast_block`` returns;
 - :mod:`.signature`: how a Gluon block is called (inputs, nesting, messages);
 - :mod:`.emulation` and :mod:`.fastround`: float16 with GPU numerics on a CPU;
-- :mod:`.params`: ``cast_params``, float32 checkpoint values in a cast graph's dtypes.
+- :mod:`.params`: ``cast_params``, float32 checkpoint values in a cast graph's dtypes;
+- :mod:`.deploy`: ``export``, graphs and parameters for plain MXNet (float32 or float16).
 """
 from ..dtypes import SUPPORTED_DTYPES
 from .block import CastBlock
 from .cast import cast_block, cast_symbol
+from .deploy import export_network as export
 from .emulation import resolve_emulate
 from .params import cast_params
 
-__all__ = ["cast_block", "cast_symbol", "cast_params", "CastBlock", "resolve_emulate",
+__all__ = ["cast_block", "cast_symbol", "cast_params", "CastBlock", "resolve_emulate", "export",
            "SUPPORTED_DTYPES"]

@@ -12,6 +12,7 @@ from mxnet import autograd, gluon
 from .. import mxnet_internals
 from ..grad_checks import all_finite
 from ..optimizers import master_copies
+from . import deploy
 from .signature import call_structure, describe_call, is_plain_call
 
 #: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the
@@ -39,18 +40,6 @@ def _ndarrays(out):
     return [out] if isinstance(out, mx.nd.NDArray) else []
 
 
-def _float32_value(param):
-    """A parameter's float32 value on the CPU: the optimizer's master copy when the weight is that
-    copy rounded (the optimizer holds it), else the value widened, averaged over the devices as
-    Gluon saves it (BatchNorm's running statistics differ between devices)."""
-    arrays = param.list_data()
-    masters = master_copies(param)
-    if masters and bool((masters[0].astype(arrays[0].dtype) == arrays[0]).min().asscalar()):
-        return masters[0].copyto(mx.cpu())
-    widened = [array.copyto(mx.cpu()).astype("float32", copy=False) for array in arrays]
-    return widened[0] if len(widened) == 1 else mx.nd.add_n(*widened) / len(widened)
-
-
 class CastBlock(gluon.SymbolBlock):
     """The network :func:`cast_block` returns: a ``SymbolBlock`` that behaves like its original.
 
@@ -61,6 +50,8 @@ class CastBlock(gluon.SymbolBlock):
       the float32 network of the same architecture loads them as they are; :meth:`load_parameters`
       reads float32 or float16 files, with those names or the parameters' own.
     * A float16 network warns once if an output in inference mode holds inf or NaN.
+    * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
+      weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
 
     Parameters
     ----------
@@ -90,25 +81,37 @@ class CastBlock(gluon.SymbolBlock):
     """
 
     def __init__(self, graphs, data_names, params, param_keys, dtype, tracer=None, plain=None,
-                 original=None):
+                 original=None, plain_training=None):
         inference, training = graphs
         super().__init__(inference, _data_inputs(data_names), params=params)
         self.data_names = list(data_names)
         self.param_keys = dict(param_keys)
         self._watch_outputs = dtype == "float16"
+        # The call traced first: ``count`` plain arrays, of which those at ``positions`` are the
+        # graph's inputs, the outputs nested as ``out_fmt`` (None: as the graph gives them); in
+        # training mode the same call's own inputs and nesting (``plain_training``: data names,
+        # positions, nesting), None while that call waits to be traced from its first use.
+        count, positions, out_fmt = plain or (len(data_names), None, None)
+        self._plain_count = count
+        self._plain_modes = {False: (positions, out_fmt)}
+        if plain_training is None and tracer is None:  # nothing to trace: one call, two modes
+            plain_training = (data_names, positions, out_fmt)
+        if plain_training is not None:
+            self._plain_modes[True] = tuple(plain_training[1:])
+        train_names = data_names if plain_training is None else plain_training[0]
         # A child block, so hybridize() reaches it; it shares every Parameter.
         self.training_block = None if training is None else \
-            gluon.SymbolBlock(training, _data_inputs(data_names), params=params)
-        # The call traced first: ``count`` plain arrays, of which those at ``positions`` are the
-        # graph's inputs, the outputs nested as ``out_fmt`` (None: as the graph gives them).
-        count, self._positions, self._out_fmt = plain or (len(data_names), None, None)
-        self._plain_count = count
-        # Calls of another shape (nested states, optional inputs given or left out) get graphs of
-        # their own, traced from the original block by ``tracer(call)`` on first use.
+            gluon.SymbolBlock(training, _data_inputs(train_names), params=params)
+        # Calls of another shape (nested states, optional inputs given or left out), and calls in
+        # a mode not traced yet, get graphs of their own, traced from the original block by
+        # ``tracer(call, training=...)`` on first use.
         self._tracer, self._variants = tracer, {}
         # The original's other methods (GluonNLP's decoder.init_state_from_encoder, begin_state),
         # not as a child: its Parameters are this block's already.
         object.__setattr__(self, "_original", original)
+        self._cast_dtype = dtype
+        if original is not None:  # scripts read them: GluonNLP's k.split(model._prefix)
+            self._prefix, self._name = original.prefix, original.name
 
     def __getattr__(self, name):
         original = self.__dict__.get("_original")
@@ -116,57 +119,71 @@ class CastBlock(gluon.SymbolBlock):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(original, name)
 
+    def __repr__(self):
+        original = self.__dict__.get("_original")
+        if original is None:
+            return super().__repr__()
+        inner = "\n".join("  " + line for line in repr(original).splitlines())
+        return f"{type(self).__name__}(dtype={self._cast_dtype!r},\n{inner}\n)"
+
     @property
     def graphs(self):
-        """``(inference graph, training graph or None when the two are the same)``."""
+        """``(inference graph, training graph or None)``: None when the two are the same, or
+        when the training call waits to be traced from its first use (GluonCV's detectors, whose
+        training call takes other inputs)."""
         training = None if self.training_block is None else \
             mxnet_internals.symbol_block_graph(self.training_block)[1]
         return mxnet_internals.symbol_block_graph(self)[1], training
 
     def forward(self, x, *args):
         call = (x,) + args
-        if not is_plain_call(call, self._plain_count):
-            return self._watch(self._call_variant(call))
-        if self._positions is not None:
-            call = [call[index] for index in self._positions]
-        if self.training_block is not None and autograd.is_training():
+        training = autograd.is_training()
+        plain = self._plain_modes.get(training)
+        if plain is None or not is_plain_call(call, self._plain_count):
+            return self._watch(self._call_variant(call, training))
+        positions, out_fmt = plain
+        if positions is not None:
+            call = [call[index] for index in positions]
+        if self.training_block is not None and training:
             out = self.training_block(*call)
         else:
             out = self._watch(super().forward(*call))
-        if self._out_fmt is None:
+        if out_fmt is None:
             return out
-        return mxnet_internals.regroup(out if isinstance(out, list) else [out], self._out_fmt)
+        return mxnet_internals.regroup(out if isinstance(out, list) else [out], out_fmt)
 
-    def _call_variant(self, call):
-        """Run a call whose arguments are not the traced data inputs: nested lists, None, or
-        another number of arrays."""
+    def _call_variant(self, call, training):
+        """Run a call whose arguments are not the traced data inputs (nested lists, None, or
+        another number of arrays), or whose mode was not traced: each traced in its own mode,
+        with its own inputs, at its first use."""
         flat, _, key = call_structure(call)
-        key = (len(call), key)
+        key = (len(call), key, training)
         if key not in self._variants:
             if self._tracer is None:
                 raise TypeError(f"this cast network takes ({', '.join(self.data_names)}) (the "
                                 f"inputs it was traced with), called with {describe_call(call)}: "
                                 "cast the original Gluon block, whose own calls it then takes")
-            self._variants[key] = self._new_variant(call)
-        (inference, training), positions, out_fmt = self._variants[key]
-        block = training if training is not None and autograd.is_training() else inference
+            self._variants[key] = self._new_variant(call, training)
+        block, positions, out_fmt = self._variants[key]
         outputs = block(*[flat[index] for index in positions])
         return mxnet_internals.regroup(outputs if isinstance(outputs, list) else [outputs],
                                        out_fmt)
 
-    def _new_variant(self, call):
-        data_names, positions, graphs, out_fmt = self._tracer(call)
-        params = self.collect_params()
-        blocks = [None if graph is None else
-                  gluon.SymbolBlock(graph, _data_inputs(data_names), params=params)
-                  for graph in graphs]
+    def _new_variant(self, call, training=False):
+        """``(block, positions, out_fmt)`` of ``call`` traced in one mode (training: in the
+        autograd recording state of the call)."""
+        trace = self._tracer(call, training=training,
+                             recording=training and autograd.is_recording())
+        # The original's parameters as they are now: GluonCV's R-CNN creates its target
+        # generator (and its constants) at the first training call, that is, in this trace.
+        params = self.collect_params() if self._original is None else \
+            self._original.collect_params()
+        block = gluon.SymbolBlock(trace.graph, _data_inputs(trace.data_names), params=params)
+        self.register_child(block, f"variant{len(self._variants)}")
         flags = mxnet_internals.hybridize_flags(self)
-        for index, block in enumerate(blocks):
-            if block is not None:
-                self.register_child(block, f"variant{len(self._variants)}_{index}")
-                if flags is not None:
-                    block.hybridize(True, **flags)
-        return blocks, positions, out_fmt
+        if flags is not None:
+            block.hybridize(True, **flags)
+        return block, trace.positions, trace.out_fmt
 
     def _watch(self, out):
         if self._watch_outputs and not autograd.is_training():
@@ -175,6 +192,19 @@ class CastBlock(gluon.SymbolBlock):
                 self._watch_outputs = False
                 warnings.warn(OVERFLOW_WARNING, RuntimeWarning, stacklevel=4)
         return out
+
+    #: ``cast_symbol`` with the mode this network was cast in (set by ``cast_block``): how
+    #: :meth:`export` builds the float16 graph.
+    recast = None
+
+    def export(self, path, epoch=0, remove_amp_cast=True, dtype="float32", emulate=False):
+        """Write ``PATH-symbol.json`` and ``PATH-NNNN.params`` that plain MXNet loads: the float32
+        graph with the float32 master weights (default), or with ``dtype='float16'`` the float16
+        GPU graph with every parameter; never the emulation graph unless ``emulate=True``.  See
+        :func:`mxfp16.export`; ``remove_amp_cast`` is accepted for Gluon's signature.
+        """
+        return deploy.export_network(self, path, dtype=dtype, epoch=epoch, emulate=emulate,
+                                     recast=self.recast)
 
     def save_parameters(self, filename, deduplicate=False, dtype="float32"):
         """Save the parameters under the original block's names, in float32 by default.
@@ -203,7 +233,7 @@ class CastBlock(gluon.SymbolBlock):
         for key, param in self.param_keys.items():
             if not (deduplicate and id(param) in seen):
                 seen.add(id(param))
-                saved[key] = _float32_value(param) if dtype == "float32" else \
+                saved[key] = deploy.float32_value(param) if dtype == "float32" else \
                     param.list_data()[0].copyto(mx.cpu())
         mx.nd.save(filename, saved)
 
@@ -245,7 +275,10 @@ class CastBlock(gluon.SymbolBlock):
         values, extra = {}, []
         for key, value in (loaded.items() if isinstance(loaded, dict) else []):
             name = key[4:] if key.startswith(("arg:", "aux:")) else key
-            param = self.param_keys.get(name) or by_name.get(name)
+            # Names without the block's prefix too, as gluon's load_parameters restores it
+            # (GluonNLP's AWD-LSTM saves its averaged weights so).
+            param = self.param_keys.get(name) or by_name.get(name) or \
+                by_name.get(self.prefix + name)
             if param is None:
                 extra.append(key)
             else:

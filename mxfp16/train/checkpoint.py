@@ -5,7 +5,9 @@ The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files
 * ``PREFIX-symbol.json``: the float32 graph, data to logits (shared by the epochs);
 * ``PREFIX-NNNN.params``: float32 parameters named ``arg:...`` / ``aux:...``, so the pair is an
   ordinary MXNet checkpoint (``mx.model.load_checkpoint``, ``SymbolBlock.imports``) whatever the
-  training dtype; the float32 master weights of float16 training are in the optimizer state;
+  training dtype, and ``get_model(name, classes=N).load_parameters`` loads it too (the names are
+  relative to the zoo network's name scope: :mod:`mxfp16.train.param_names`); float16 training
+  stores the optimizer's float32 master weights, the values its float16 weights are rounded from;
 * ``PREFIX-NNNN.states``: the optimizer state as MXNet writes it (``Trainer.save_states``,
   ``Module.save_optimizer_states``);
 * ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
@@ -35,10 +37,14 @@ import mxnet as mx
 
 from ..atomic_files import StagedFiles
 from ..models import Network
+from .param_names import relative_names, with_prefix
 
 #: Written into every JSON file, checked when loading.
 CHECKPOINT_FORMAT = "mxfp16-checkpoint"
 CHECKPOINT_VERSION = 1
+
+#: The JSON key of the name-scope prefix taken off the parameter names (``''``: none).
+PARAM_PREFIX_KEY = "param_prefix"
 
 log = logging.getLogger("mxfp16.train")
 
@@ -158,6 +164,7 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
     CheckpointPaths
     """
     paths = checkpoint_paths(prefix, epoch, batch)
+    network, meta[PARAM_PREFIX_KEY] = relative_names(network)
     params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
     with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
@@ -357,8 +364,8 @@ def _load(prefix, epoch, batch):
                               "another epoch") from None
     arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
-    return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta,
-                      batch)
+    network = with_prefix(Network(symbol, arg_params, aux_params), meta.get(PARAM_PREFIX_KEY, ""))
+    return Checkpoint(prefix, epoch, network, paths.states, meta, batch)
 
 
 def _examples(names):

@@ -11,6 +11,7 @@ from mxnet import autograd, gluon
 
 from .. import mxnet_internals
 from ..casting import cast_block
+from ..casting.deploy import float32_value
 from ..models import DATA_INPUT, block_to_network
 from ..optimizers import NO_WD_SUFFIXES, make_trainer
 
@@ -155,9 +156,13 @@ class GluonAPI:
         return [self.net(x) for x in self.split(data)]
 
     def snapshot(self):
-        """``(network, save_states)``: the float32 network with its current values, and the
-        function that writes the optimizer state to a path."""
-        return block_to_network(self.block), self.trainer.save_states
+        """``(network, save_states)``: the float32 network with its current values (the Trainer's
+        float32 master weights where it holds them), and the function that writes the optimizer
+        state to a path."""
+        network = block_to_network(self.block)
+        params = self.block.collect_params()
+        network.arg_params = {name: float32_value(params[name]) for name in network.arg_params}
+        return network, self.trainer.save_states
 
     def device_aux(self):
         """The auxiliary states (BatchNorm statistics) of every device, which each updates on its

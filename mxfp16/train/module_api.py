@@ -18,7 +18,7 @@ from ..casting import cast_symbol
 from ..casting.params import cast_params
 from ..models import Network
 from ..module import init_optimizer, make_scaled_module, module_step
-from ..optimizers import NO_WD_SUFFIXES, make_optimizer
+from ..optimizers import NO_WD_SUFFIXES, make_optimizer, master_weight
 from .data import DATA_NAME, LABEL_NAME
 
 log = logging.getLogger("mxfp16.train")
@@ -193,12 +193,32 @@ class ModuleAPI:
         function that writes the optimizer state to a path."""
         mxnet_internals.refresh_module_params(self.module)
         arg_params, aux_params = self.module.get_params()
+        arg_params = dict(arg_params, **self._master_weights(arg_params))
         network = Network(self.network.symbol,
                           {k: v.astype("float32") for k, v in arg_params.items()},
                           {k: v.astype("float32") for k, v in aux_params.items()},
                           self.network.fixed_param_names, self.network.lr_mult)
         return network, functools.partial(save_module_states, self.module,
                                           num_devices=self._num_devices)
+
+    def _master_weights(self, arg_params):
+        """``{name: float32 master weight}`` the optimizer holds for the float16 weights in
+        ``arg_params`` (state ``param_index * num_devices``, the first device's), where the weight
+        is that copy rounded."""
+        updater = mxnet_internals.module_updater(self.module)
+        names = [name for name in mxnet_internals.module_arrays_per_device(self.module)
+                 if name in arg_params]
+        masters = {}
+        for index, name in enumerate(names):
+            master = master_weight(self._optimizer,
+                                   updater.states.get(index * self._num_devices)) \
+                if updater is not None else None
+            weight = arg_params[name]
+            if master is not None and master.shape == weight.shape and bool(
+                    (master.astype(weight.dtype).as_in_context(weight.context) == weight)
+                    .min().asscalar()):
+                masters[name] = master.copyto(mx.cpu())
+        return masters
 
     def device_aux(self):
         """The auxiliary states (BatchNorm statistics) of every device, which each updates on its

@@ -155,3 +155,26 @@ def run_job(parser, config_type, job, argv=None):
         return 0
     print(summary_line(config.run_name, config.dtype, config.api, record, config.top_k))
     return 0
+
+
+def run_command(parser, config_type, job, argv=None):
+    """The body of a script that is not a training run (``scripts/evaluate.py``,
+    ``scripts/export.py``): parse, check, run with console logging; return the exit code.
+
+    ``job(config)`` returns the one summary line, printed on stdout (exit code 0); a user error
+    (``ValueError``, ``OSError``; ``RuntimeError`` for a written file that fails its check) is one
+    ``error: ...`` line on stderr and exit code 2.
+    """
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:
+        return exit_request.code
+    try:
+        config = config_type(**vars(args)).checked()
+        with run_logging(None):
+            line = job(config)
+    except (ValueError, OSError, RuntimeError) as error:
+        print(error_line(error), file=sys.stderr)
+        return 2
+    print(line)
+    return 0
