@@ -584,3 +584,95 @@ def test_mxnet_amps_own_scale_loss_works_with_the_trainer():
         assert amp.loss_scaler(trainer).num_skipped == 1
         weights.append(net[3].weight.data().asnumpy())
     np.testing.assert_array_equal(weights[0], weights[1])
+
+
+def test_gluoncv_yolo3_script_loop(tmp_path):
+    """train_yolo3.py --amp's calls, in its order: init, network (pretrained_base=False), the
+    train transform's call of the network (float32, before the Trainer), Trainer('sgd',
+    kvstore='local', update_on_kvstore=False), init_trainer, hybridize(), the 7-input training
+    call, scale_loss over the list of summed losses, step(batch_size), validation after set_nms,
+    save_parameters."""
+    from gluoncv.data.transforms.presets.yolo import YOLO3DefaultTrainTransform
+    from gluoncv.model_zoo import get_model
+    import random
+    size, ctx = 96, [mx.cpu()]
+    amp.init()
+    mx.random.seed(3)
+    np.random.seed(3)  # the transform's random crops, flips and colours
+    random.seed(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = get_model("yolo3_mobilenet0.25_voc", pretrained_base=False)
+        net.initialize()
+    transform = YOLO3DefaultTrainTransform(size, size, net)
+    rng = np.random.RandomState(0)
+    samples = []
+    for _ in range(2):
+        image = mx.nd.array(rng.randint(0, 60, (size, size, 3)), dtype="uint8")
+        x0, y0 = rng.randint(0, size // 2, 2)
+        image[y0:y0 + size // 3, x0:x0 + size // 3] = 230
+        label = np.array([[x0, y0, x0 + size // 3, y0 + size // 3, rng.randint(2), 0]],
+                         "float32")
+        samples.append(transform(image, label))
+    batch = [mx.nd.stack(*[sample[i] for sample in samples]) for i in range(7)]
+    net.collect_params().reset_ctx(ctx)
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"wd": 0.0005, "momentum": 0.9, "learning_rate": 0.001},
+                            kvstore="local", update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    net.hybridize()
+    losses = []
+    for _ in range(4):
+        data = gluon.utils.split_and_load(batch[0], ctx_list=ctx, batch_axis=0)
+        fixed_targets = [gluon.utils.split_and_load(batch[it], ctx_list=ctx, batch_axis=0)
+                         for it in range(1, 6)]
+        gt_boxes = gluon.utils.split_and_load(batch[6], ctx_list=ctx, batch_axis=0)
+        sum_losses = []
+        with autograd.record():
+            for ix, x in enumerate(data):
+                obj_loss, center_loss, scale_loss, cls_loss = net(
+                    x, gt_boxes[ix], *[ft[ix] for ft in fixed_targets])
+                sum_losses.append(obj_loss + center_loss + scale_loss + cls_loss)
+            with amp.scale_loss(sum_losses, trainer) as scaled_loss:
+                autograd.backward(scaled_loss)
+        trainer.step(2)
+        losses.append(float(sum_losses[0].mean().asscalar()))
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+    net.set_nms(nms_thresh=0.45, nms_topk=400)
+    ids, scores, bboxes = net(batch[0])
+    assert bboxes.dtype == np.float32 and ids.shape[:2] == bboxes.shape[:2]
+    net.save_parameters(str(tmp_path / "yolo3.params"))
+    assert {v.dtype for v in mx.nd.load(str(tmp_path / "yolo3.params")).values()} == \
+        {np.float32}
+
+
+def test_an_optimizer_without_master_weights_is_refused():
+    amp.init()
+    net = _net()
+    net.initialize()
+    with pytest.raises(ValueError, match="keeps no float32 master weights"):
+        amp.init_trainer(gluon.Trainer(net.collect_params(), "lamb", update_on_kvstore=False))
+
+
+def test_a_softmaxoutput_loss_is_backpropagated_unscaled():
+    """A loss whose backward ignores the head gradient (SoftmaxOutput, GluonCV's segmentation
+    losses) gets no scale, and its step divides by 1: the update is the unscaled one."""
+    amp.init()
+    mx.random.seed(6)
+    net = _net(norm=False)
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale=1024)
+    x, y = _data()
+    net(x)  # the cast
+    before = net[3].weight.data().asnumpy().astype("float32")
+    with autograd.record():
+        out = mx.nd.SoftmaxOutput(net(x), y)
+        with amp.scale_loss(out, trainer) as scaled:
+            assert scaled is out
+            autograd.backward(scaled)
+    grad = net[3].weight.grad().asnumpy().astype("float32")
+    trainer.step(x.shape[0])
+    step = net[3].weight.data().asnumpy().astype("float32") - before
+    np.testing.assert_allclose(step, -0.1 * grad / x.shape[0], rtol=2e-2, atol=2e-4)

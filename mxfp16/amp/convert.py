@@ -12,7 +12,7 @@ from mxnet.contrib.amp import amp as _mx_amp
 
 from .. import mxnet_internals
 from ..casting import cast_params, cast_symbol, resolve_emulate
-from ..casting.block import _float32_value
+from ..casting.deploy import float32_value
 from ..casting.emulation import emulate_float16
 from ..casting.graph import internal_dtypes
 from .lists import check_op_lists, target_dtype_name
@@ -135,7 +135,7 @@ def convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, f
                            "and run one forward pass before converting it, as with MXNet AMP")
     data_names = [symbol.name for symbol in inputs]
     params = block.collect_params()
-    values = {name: _float32_value(param) for name, param in params.items()}
+    values = {name: float32_value(param) for name, param in params.items()}
     aux_names = set(sym.list_auxiliary_states())
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
                                conditional_fp32_ops, excluded_sym_names, data_names,

@@ -9,14 +9,20 @@ every gradient on every device, after aggregation, and the scale is undone throu
 optimizer's ``rescale_grad`` (float32 arithmetic inside the update) unless ``unscale`` already
 divided the gradients.
 """
+import logging
+
 import mxnet as mx
 from mxnet import autograd, gluon
 
 from .. import mxnet_internals
 from ..grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
+from ..loss_heads import HeadCheck, describe
 from ..loss_scaling import LossScaler, make_loss_scaler
+from ..master_weights import check_optimizer
 from ..optimizers import check_updates_on_workers, rescale_grad, restore_multi_precision
 from ..trainer import SCALER_STATE_ATTRIBUTE
+
+log = logging.getLogger(__name__)
 
 #: The smallest loss scale of ``init_trainer``'s dynamic scaler.  Below 1, as MXNet AMP's halving
 #: (which has no bound) reaches: losses summed over thousands of anchors (YOLOv3's objectness)
@@ -43,6 +49,8 @@ class TrainerScaling:
         self.scaled_with = None  # the scale this step's loss was multiplied by
         self.unscaled = False  # unscale() divided this step's gradients already
         self._optimizer = None  # the optimizer last seen: load_states replaces it
+        self._head_check = HeadCheck()
+        self._warned_heads = False
         self._adopt_optimizer()
 
     @property
@@ -59,6 +67,8 @@ class TrainerScaling:
         saved = optimizer.__dict__.get(SCALER_STATE_ATTRIBUTE)
         if self._optimizer is not None and saved is not None:
             self.scaler.load_state_dict(saved)
+        if self.dtype == "float16":  # float16 weights: the optimizer must keep float32 copies
+            check_optimizer(type(optimizer).__name__, optimizer)
         restore_multi_precision(optimizer, self.dtype)
         self._optimizer = optimizer
         self._publish()
@@ -77,8 +87,21 @@ class TrainerScaling:
                 mxnet_internals.init_trainer_kvstore(self.trainer)
             check_updates_on_workers(self.trainer)
         self._adopt_optimizer()
+        heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
+        if self.scaler.enabled and self.scaler.loss_scale != 1.0 and self._ignores_head(heads):
+            self.scaled_with = 1.0  # the scale would not reach the gradients (mxfp16.Trainer's rule)
+            return loss
         self.scaled_with = self.scaler.loss_scale
         return self.scaler.scale(loss)
+
+    def _ignores_head(self, heads):
+        """Whether the losses pass through an op whose backward ignores the head gradient
+        (``SoftmaxOutput``, ``MakeLoss``; GluonCV's segmentation losses), logged once."""
+        ops = self._head_check.ops(heads, flat_trainer_grads(self.trainer))
+        if ops and not self._warned_heads:
+            log.warning("mxfp16.amp: %s", describe(ops))
+            self._warned_heads = True
+        return bool(ops)
 
     def unscale(self):
         """Divide this step's gradients, on every device, by the scale of their loss."""

@@ -22,7 +22,7 @@ from mxnet import gluon
 
 from .. import mxnet_internals
 from ..casting import CastBlock, cast_block
-from ..casting.block import _float32_value
+from ..casting.deploy import float32_value
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def _amp_save_params(self, filename):
     if cast is None:
         return _state["originals"]["save_params"](self, filename)
     mx.nd.save(filename, {name[len(self.prefix):] if name.startswith(self.prefix) else name:
-                          _float32_value(param)
+                          float32_value(param)
                           for name, param in self.collect_params().items()})
     return None
 
