@@ -265,4 +265,4 @@ def test_amp_ssd_quick_counts_casts_and_times_three_dtypes(load_benchmark, tmp_p
     assert ours["casts"] < mxnet_amp["casts"]
     (round_,) = record["rounds"]  # --quick: one round
     assert list(round_) == list(module.DTYPES)
-    assert len(table_rows(markdown)) == 3 + 3
+    assert len(table_rows(markdown)) == 3 + 1 + 3  # casts; the step-time header and rows
