@@ -676,3 +676,72 @@ def test_a_softmaxoutput_loss_is_backpropagated_unscaled():
     trainer.step(x.shape[0])
     step = net[3].weight.data().asnumpy().astype("float32") - before
     np.testing.assert_allclose(step, -0.1 * grad / x.shape[0], rtol=2e-2, atol=2e-4)
+
+
+def _tiny_faster_rcnn():
+    """GluonCV's faster_rcnn_resnet50_v1b_voc at 96-128 pixels with 32 RoIs (the zoo's 600
+    pixels and 128 RoIs take minutes a step on a CPU)."""
+    from gluoncv.model_zoo import get_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = get_model("faster_rcnn_resnet50_v1b_voc", pretrained_base=False)
+    net.short, net.max_size = 96, 128
+    net._num_sample = net.sampler._num_sample = 32  # the box encoder keeps the zoo's 32 positives
+    net.sampler._max_pos = 8
+    net._rpn_test_post_nms = 32
+    net.rpn._train_pre_nms, net.rpn._train_post_nms = 256, 64
+    net.rpn._test_pre_nms, net.rpn._test_post_nms = 256, 32
+    net.sampler._num_proposal = 64
+    return net
+
+
+def test_gluoncv_faster_rcnn_script_loop(tmp_path):
+    """train_faster_rcnn.py --amp's calls, in its order: init, network, initialize, reset_ctx,
+    net.cast('float16') and the BatchNorm dtype lines, the train transform and batchify (which
+    call the network, before the Trainer), Trainer(update_on_kvstore=False), init_trainer,
+    hybridize, GluonCV's ForwardBackwardTask (whose forward_backward calls mxnet.contrib.amp's
+    own scale_loss), step(batch_size), save_parameters."""
+    import random
+    from gluoncv.data.batchify import FasterRCNNTrainBatchify
+    from gluoncv.data.transforms.presets.rcnn import FasterRCNNDefaultTrainTransform
+    from gluoncv.model_zoo.rcnn.faster_rcnn.data_parallel import ForwardBackwardTask
+    ctx = [mx.cpu()]
+    amp.init()
+    mx.random.seed(8)
+    np.random.seed(8)
+    random.seed(8)
+    net = _tiny_faster_rcnn()
+    for param in net.collect_params().values():
+        if param._data is None:
+            param.initialize()
+    net.collect_params().reset_ctx(ctx)
+    net.cast("float16")
+    net.collect_params(".*batchnorm.*").setattr("dtype", "float32")
+    net.collect_train_params().setattr("grad_req", "write")
+    transform = FasterRCNNDefaultTrainTransform(net.short, net.max_size, net)
+    rng = np.random.RandomState(0)
+    image = mx.nd.array(rng.randint(0, 60, (96, 128, 3)), dtype="uint8")
+    image[20:70, 30:90] = 230
+    label = np.array([[30, 20, 90, 70, 1, 0]], "float32")
+    batch = FasterRCNNTrainBatchify(net, 1)([transform(image, label)])
+    trainer = gluon.Trainer(net.collect_train_params(), "sgd",
+                            {"learning_rate": 0.001, "wd": 1e-4, "momentum": 0.9},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    task = ForwardBackwardTask(
+        net, trainer, gluon.loss.SigmoidBinaryCrossEntropyLoss(from_sigmoid=False),
+        gluon.loss.HuberLoss(rho=1 / 9.), gluon.loss.SoftmaxCrossEntropyLoss(),
+        gluon.loss.HuberLoss(rho=1.0), mix_ratio=1.0, amp_enabled=True)
+    net.hybridize(static_alloc=False)
+    losses = []
+    for _ in range(4):
+        shards = [[x.as_in_context(ctx[0]) for x in (b if isinstance(b, (list, tuple)) else [b])]
+                  for b in batch]  # the script's split_and_load
+        result = task.forward_backward(list(zip(*shards))[0])
+        trainer.step(1)
+        losses.append(float(result[0].asscalar() + result[2].asscalar()))
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+    assert net.class_predictor.weight.data().dtype == np.float16
+    net.save_parameters(str(tmp_path / "faster_rcnn.params"))
+    assert {v.dtype for v in mx.nd.load(str(tmp_path / "faster_rcnn.params")).values()} == \
+        {np.float32}
