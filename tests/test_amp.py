@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
+import mxfp16
 from conftest import horovod_missing
 from mxfp16 import amp
 
@@ -108,12 +109,9 @@ def test_unscale_then_clip_then_step_matches_float32():
     ref_loss.backward()
     grad, ref_grad = net[3].weight.grad().asnumpy(), reference[3].weight.grad().asnumpy()
     np.testing.assert_allclose(grad, ref_grad, rtol=2e-2, atol=2e-3)  # unscaled, float16 values
-    norm = math.sqrt(sum(float((g.astype("float32") ** 2).sum().asscalar())
-                         for p in net.collect_params().values() if p.grad_req != "null"
-                         for g in p.list_grad()))
-    for param in net.collect_params().values():  # clipping to half the norm, in place
-        for g in param.list_grad() if param.grad_req != "null" else ():
-            g *= 0.5 * norm / norm
+    grads = [p.grad() for p in net.collect_params().values() if p.grad_req != "null"]
+    norm = mxfp16.clip_global_norm(grads, 1e9)  # gluon.utils.clip_global_norm's float16 drop-in
+    mxfp16.clip_global_norm(grads, 0.5 * norm)  # clipping to half the unscaled norm, in place
     before = net[3].weight.data().asnumpy().astype("float32")
     trainer.step(x.shape[0])
     step = net[3].weight.data().asnumpy().astype("float32") - before
