@@ -511,7 +511,7 @@ class _Scaled(gluon.HybridBlock):
         return self.dense(x) * self.factor
 
 
-def test_a_graph_changed_after_the_cast_is_traced_again():
+def test_a_graph_changed_after_the_cast_is_traced_again(tmp_path):
     amp.init()
     net = _Scaled()
     net.initialize()
@@ -523,6 +523,9 @@ def test_a_graph_changed_after_the_cast_is_traced_again():
     net.hybridize(static_alloc=True, static_shape=True)  # hybridize alone keeps the cast
     assert (net(x).asnumpy() == before).all()
     net.set_factor(4.0)
+    net.save_parameters(str(tmp_path / "scaled.params"))  # still through the cast network
+    assert {v.dtype for v in mx.nd.load(str(tmp_path / "scaled.params")).values()} == \
+        {np.float32}
     np.testing.assert_array_equal(net(x).asnumpy(), 4.0 * before)
     assert net.dense.weight.data().dtype == np.float16
 

@@ -62,7 +62,8 @@ class Session:
         self.target_dtype = target_dtype
         self.op_lists = op_lists
         self._trained = weakref.WeakSet()  # Parameters of Trainers given to init_trainer
-        self._casts = weakref.WeakKeyDictionary()  # block -> [CastBlock, hybridize flags]
+        # block -> [CastBlock, its hybridize flags, whether the block's graph changed since]
+        self._casts = weakref.WeakKeyDictionary()
         self._declined = weakref.WeakKeyDictionary()  # block -> generation it was declined at
         self._generation = 0
 
@@ -78,7 +79,9 @@ class Session:
             if self._declined.get(block) == self._generation or not self._adopts(block):
                 self._declined[block] = self._generation
                 return None
-            entry = self._casts[block] = [cast_block(block, self.target_dtype), None]
+            entry = self._casts[block] = [None, None, True]
+        if entry[2]:  # first call, or the block's graph changed since (set_nms)
+            entry[:] = [cast_block(block, self.target_dtype), None, False]
         flags = mxnet_internals.hybridize_flags(block)
         if flags != entry[1]:  # the script's hybridize(), before or after the cast
             entry[0].hybridize(flags is not None, **(flags or {}))
@@ -86,8 +89,11 @@ class Session:
         return entry[0]
 
     def graph_changed(self, block):
-        """``block`` cleared its cached graph (``set_nms``): trace it again at its next call."""
-        self._casts.pop(block, None)
+        """``block`` cleared its cached graph (``set_nms``): trace it again at its next call (its
+        present cast network still saves and loads its parameters until then)."""
+        entry = self._casts.get(block)
+        if entry is not None:
+            entry[2] = True
 
     def adopted(self, block):
         """The cast network of ``block`` if it was adopted, else None."""
