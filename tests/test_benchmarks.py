@@ -253,3 +253,11 @@ def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, me
     assert load_benchmark(name).main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
+    module = load_benchmark("transposed_conv_step")
+    record, markdown = run_quick(module, tmp_path)
+    assert [row["mode"] for row in record["summary"]] == [name for name, _, _ in module.MODES]
+    assert record["summary"][0]["over_float32"] == 1.0
+    assert len(table_rows(markdown)) == 5

@@ -170,18 +170,9 @@ SWEEP = {
         lambda: get_model("simple_pose_resnet18_v1b", pretrained_base=False), pose_loss),
 }
 
-DECONV = ("MXNet 1.9.1's oneDNN Deconvolution aborts in backward ('terminate called without an "
-          "active exception') when its weight is an op's output, the Cast of emulation and of "
-          "bfloat16 (issue 20, point 4, another branch)")
-
 #: (module, dtype) whose training is not run here: the reason.  Casting, inference and the GPU
 #: graph are still swept.
 TRAINING_LIMITS = {
-    ("gluoncv.model_zoo.center_net.center_net", "float16"): "its deconvolution head: " + DECONV,
-    ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "float16"): "its deconvolution head: "
-                                                                     + DECONV,
-    ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "bfloat16"): "as float16",
-    ("gluoncv.model_zoo.rcnn.mask_rcnn.predefined_models", "float16"): "its mask head: " + DECONV,
     ("gluoncv.model_zoo.pspnet", "float16"): "time budget only: its dilated ResNet-50 takes ~10 s "
                                              "a step in float16 emulation here; FCN's float16 "
                                              "training covers backbone and loss",
