@@ -247,7 +247,7 @@ def test_family_casts_trains_and_infers(module, dtype, mode):
     if train:
         trainer = mxfp16.Trainer(cast.collect_params(), "sgd", {"learning_rate": 0.001})
         losses = []
-        for _ in range(4):
+        for _ in range(3):
             with autograd.record():
                 value = loss(cast)
             trainer.backward(value)
@@ -257,8 +257,8 @@ def test_family_casts_trains_and_infers(module, dtype, mode):
     outputs = flat(cast(x))
     assert [o.shape for o in outputs] == [r.shape for r in reference]
     assert all(o.dtype == r.dtype for o, r in zip(outputs, reference))
-    # After four steps of an untrained detector, float32's own decoded boxes reach 1e16 (exp of
-    # the box regression): finiteness is checked before training, where it means something.
+    # A few steps into training, an untrained detector's decoded boxes reach 1e16 in float32 too
+    # (SSD after four: exp of the box regression): finiteness is checked before training.
 
 
 @pytest.mark.parametrize("mode", ["full", "amp"])
