@@ -266,3 +266,11 @@ def test_amp_ssd_quick_counts_casts_and_times_three_dtypes(load_benchmark, tmp_p
     (round_,) = record["rounds"]  # --quick: one round
     assert list(round_) == list(module.DTYPES)
     assert len(table_rows(markdown)) == 3 + 1 + 3  # casts; the step-time header and rows
+
+
+def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
+    module = load_benchmark("transposed_conv_step")
+    record, markdown = run_quick(module, tmp_path)
+    assert [row["mode"] for row in record["summary"]] == [name for name, _, _ in module.MODES]
+    assert record["summary"][0]["over_float32"] == 1.0
+    assert len(table_rows(markdown)) == 5

@@ -170,18 +170,9 @@ SWEEP = {
         lambda: get_model("simple_pose_resnet18_v1b", pretrained_base=False), pose_loss),
 }
 
-DECONV = ("MXNet 1.9.1's oneDNN Deconvolution aborts in backward ('terminate called without an "
-          "active exception') when its weight is an op's output, the Cast of emulation and of "
-          "bfloat16 (issue 20, point 4, another branch)")
-
 #: (module, dtype) whose training is not run here: the reason.  Casting, inference and the GPU
 #: graph are still swept.
 TRAINING_LIMITS = {
-    ("gluoncv.model_zoo.center_net.center_net", "float16"): "its deconvolution head: " + DECONV,
-    ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "float16"): "its deconvolution head: "
-                                                                     + DECONV,
-    ("gluoncv.model_zoo.simple_pose.simple_pose_resnet", "bfloat16"): "as float16",
-    ("gluoncv.model_zoo.rcnn.mask_rcnn.predefined_models", "float16"): "its mask head: " + DECONV,
     ("gluoncv.model_zoo.pspnet", "float16"): "time budget only: its dilated ResNet-50 takes ~10 s "
                                              "a step in float16 emulation here; FCN's float16 "
                                              "training covers backbone and loss",
@@ -256,7 +247,7 @@ def test_family_casts_trains_and_infers(module, dtype, mode):
     if train:
         trainer = mxfp16.Trainer(cast.collect_params(), "sgd", {"learning_rate": 0.001})
         losses = []
-        for _ in range(4):
+        for _ in range(3):
             with autograd.record():
                 value = loss(cast)
             trainer.backward(value)
@@ -266,8 +257,8 @@ def test_family_casts_trains_and_infers(module, dtype, mode):
     outputs = flat(cast(x))
     assert [o.shape for o in outputs] == [r.shape for r in reference]
     assert all(o.dtype == r.dtype for o, r in zip(outputs, reference))
-    # After four steps of an untrained detector, float32's own decoded boxes reach 1e16 (exp of
-    # the box regression): finiteness is checked before training, where it means something.
+    # A few steps into training, an untrained detector's decoded boxes reach 1e16 in float32 too
+    # (SSD after four: exp of the box regression): finiteness is checked before training.
 
 
 @pytest.mark.parametrize("mode", ["full", "amp"])

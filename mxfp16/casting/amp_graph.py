@@ -7,6 +7,7 @@ bfloat16 pass would mistype an op reading a float32 value.
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 
+from .transposed import deconvolution_as_convolution
 from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
                     INDEX_INPUTS)
@@ -125,7 +126,8 @@ def cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists, after mxfp16's rules (see the module docstring);
     outputs come back as float32."""
     plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
-    if dtype == "bfloat16":
+    if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
+        plain = deconvolution_as_convolution(plain)
         plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
         plain = _float32_inputs(plain, _reads_float32, data_names)
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}

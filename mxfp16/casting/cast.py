@@ -5,9 +5,10 @@ float32 parameters for normalization layers, and a cast to float32 before softma
 (and before the other ops MXNet's AMP lists keep in float32).  Gluon blocks go through the same
 graph rewrite as symbols, so one set of rules serves both APIs.
 
-A Gluon block is traced twice, in training and in inference mode, so that Python code branching on
-``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.casting.block.CastBlock` returned
-runs the graph of the current mode.
+A Gluon block is traced per mode, in training and in inference mode, so that Python code branching
+on ``autograd.is_training()`` keeps both branches, and each mode with the inputs of its own call
+(GluonCV's detectors take targets in training only); the :class:`~mxfp16.casting.block.CastBlock`
+returned runs the graph of the current mode.
 """
 import functools
 import json
@@ -343,7 +344,11 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     float32.  The parameters are cast in place and shared with the returned block.
 
     The block is traced in training and in inference mode: calls in either mode run that mode's
-    graph, so Python branches on ``autograd.is_training()`` behave as in the original.  The cast
+    graph, so Python branches on ``autograd.is_training()`` behave as in the original.  Each mode
+    is traced with the inputs of its own call: inference at the cast, training too where the
+    block takes nothing but its required inputs, else at the first training call with the arrays
+    it passes (Faster R-CNN's ``gt_box, gt_label``, YOLOv3's targets), inside ``autograd.record()``
+    when that call records.  Nothing is traced with inputs the caller did not give.  The cast
     network always runs as a graph, as a hybridized block does: a block that was not hybridized
     stays so (no ``static_alloc``), and one that was keeps its ``hybridize()`` settings, but the
     Python code of its ``hybrid_forward`` runs at cast time, not at every call, so printing,
