@@ -12,6 +12,7 @@ steps is reported, with its ratio to float32.  Outputs in --out-dir: transposed_
 Usage: python benchmarks/transposed_conv_step.py [--batch-size 64] [--ngf 64] [--steps 10] [--quick]
 """
 import argparse
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -121,7 +122,7 @@ def main(argv=None):
     base = seconds["float32"]
     rows = [(name, f"{seconds[name] * 1000:.1f}", f"{seconds[name] / base:.2f}")
             for name, _, _ in MODES]
-    record = {"benchmark": NAME, "command": command_line(NAME, argv or []),
+    record = {"benchmark": NAME, "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
               "machine": machine_info(), "config": asdict(config),
               "summary": [{"mode": name, "median_step_s": seconds[name],
                            "over_float32": seconds[name] / base} for name, _, _ in MODES]}

@@ -17,8 +17,9 @@ cost is the zeros: ``s**n`` times the multiply-adds of the transposed convolutio
 ``n`` spatial dimensions.
 
 A 2D transposed convolution with equal strides ``s`` dividing its square kernel (DCGAN's ``k=4,
-s=2``), no dilation and one group takes a form without zeros when its weight's shape is known at the
-cast (``in_channels`` given, or parameters initialized by a forward or loaded): output phase ``r`` at
+s=2``), no dilation and one group takes a form without zeros when its weight's shape is known in
+the traced graph (``in_channels`` given: Gluon's symbols keep the shapes of their first trace, so a
+forward before the cast does not help): output phase ``r`` at
 ``q`` is ``sum_m x[q - m] * w[r + s*m]``, so one ``Convolution`` of the padded input computes the
 ``s**2`` phases as channels, ``depth_to_space`` interleaves them, and a slice takes the output.  Its
 ``Reshape`` of the weight infers shapes forward only, hence the condition.  See the guide and
