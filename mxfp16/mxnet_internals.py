@@ -244,3 +244,9 @@ def wrap_deferred_initializer(param, wrap):
     init, ctx, default_init, data = param._deferred_init
     param._deferred_init = (init, ctx, wrap(default_init), data)
     return True
+
+
+def initialized_arrays(param):
+    """The arrays of an initialized Parameter, one per device (``param._data``); [] while it waits
+    for initialization or for its shape."""
+    return [] if param._data is None else list(param._data)

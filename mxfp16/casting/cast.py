@@ -259,6 +259,16 @@ def _cast_parameters(params, graphs, data_names):
                 param.cast(np.dtype(types[name]).type)
 
 
+def _default_layouts(params):
+    """Copy each initialized parameter's values into MXNet's default layout: an
+    inference-mode forward leaves oneDNN's convolution weights in its blocked layout, which the
+    bfloat16 graph's cast of the weight cannot read ("could not create a primitive descriptor for
+    a reorder primitive", GluonCV's SSD evaluated before it is cast)."""
+    for param in params.values():
+        if mxnet_internals.initialized_arrays(param):
+            param.cast(param.dtype)  # fresh copies, as a float16 cast makes them
+
+
 def _input_names(block, input_names):
     """The names the block's data inputs are traced under: ``input_names`` when given; else
     ``data`` for a block of one required input (as before), the names of ``hybrid_forward`` (or
@@ -417,6 +427,8 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     if dtype == "float32":
         return block
     params = block.collect_params()
+    if dtype == "bfloat16":
+        _default_layouts(params)
     if isinstance(block, gluon.SymbolBlock):  # a fixed graph: its own inputs, as they are
         data_names, *graphs = _block_graphs(block)
         graphs = [None if sym is None else
