@@ -263,6 +263,19 @@ def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, me
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
+def test_amp_ssd_quick_counts_casts_and_times_three_dtypes(load_benchmark, tmp_path):
+    module = load_benchmark("amp_ssd")
+    record, markdown = run_quick(module, tmp_path)
+    casts = list(record["casts"].values())
+    float32, mxnet_amp, ours = casts
+    assert float32["casts"] == 0
+    assert mxnet_amp["parameter_casts"] > 0 and ours["parameter_casts"] == 0  # float16 weights
+    assert ours["casts"] < mxnet_amp["casts"]
+    (round_,) = record["rounds"]  # --quick: one round
+    assert list(round_) == list(module.DTYPES)
+    assert len(table_rows(markdown)) == 3 + 1 + 3  # casts; the step-time header and rows
+
+
 def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
     module = load_benchmark("transposed_conv_step")
     record, markdown = run_quick(module, tmp_path)
