@@ -144,7 +144,7 @@ def cast_with_amp(sym, dtype, data_names):
     except mx.base.MXNetError as error:
         fix = "cast with mode='full' (the default)" if dtype == "float16" else \
             "cast to float16 with mode='full' (the default), or keep this part float32"
-        raise RuntimeError(
+        raise mx.base.MXNetError(  # the class it had: callers that catch it still do
             f"MXNet's AMP pass (mode='amp', and every bfloat16 cast) cannot convert this graph to "
             f"{dtype} ({_last_line(error)}): {fix}") from None
     return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
