@@ -378,7 +378,8 @@ class DynamicLossScaler(LossScaler):
         if not self.needs_start:
             raise RuntimeError("start_from() is for a scaler waiting for its 'auto' start, and "
                                f"this one is not ({self!r}): create it with init_scale='auto'")
-        start = recommend_loss_scale(max_abs / self._scale, max_scale=self.max_scale)
+        start = recommend_loss_scale(max_abs / self._scale, max_scale=self.max_scale,
+                                     min_scale=self.min_scale)
         self._scale = max(start, self.min_scale)
         self._start_pending = False
         return self._scale

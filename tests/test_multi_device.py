@@ -4,7 +4,6 @@ bit-identical across devices, checkpoints that do not depend on the number of de
 the kvstores, the device flags and their errors, and MXNET_SAFE_ACCUMULATION on GPUs."""
 import json
 import os
-import pickle
 import re
 
 import mxnet as mx
@@ -15,6 +14,7 @@ import mxfp16
 from conftest import PoisonedIter, load_script_main
 from mxfp16 import mxnet_internals
 from mxfp16.models import new_network
+from mxfp16.optimizer_states import read_optimizer_states
 from mxfp16.train import checkpoint, config, loop, runner
 from mxfp16.train.config import TrainConfig, device_line
 from mxfp16.train.gluon_api import GluonAPI
@@ -121,9 +121,7 @@ def assert_states_equal(first, second):
 
 def saved_states(path):
     """``{param index: [numpy arrays]}`` of a checkpoint's optimizer-state file (either API)."""
-    states = pickle.load(open(path, "rb"))
-    if isinstance(states, tuple):  # Trainer.save_states: (states, optimizer)
-        states = states[0]
+    states = read_optimizer_states(path)[0]
     return {index: flat(state) for index, state in states.items()}
 
 

@@ -6,6 +6,7 @@ drives a ``BucketingModule`` keyed by the loss scale (:func:`mxfp16.make_scaled_
 :func:`mxfp16.module_step` per batch.  :mod:`mxfp16.train.loop` runs it through the methods
 :class:`ModuleAPI` shares with :class:`mxfp16.train.gluon_api.GluonAPI`.
 """
+import copy
 import functools
 import logging
 import pickle
@@ -18,6 +19,7 @@ from ..casting import cast_symbol
 from ..casting.params import cast_params
 from ..models import Network
 from ..module import init_optimizer, make_scaled_module, module_step
+from ..optimizer_states import is_pickle_file, read_optimizer_states, save_optimizer_states
 from ..optimizers import NO_WD_SUFFIXES, make_optimizer, master_weight
 from .data import DATA_NAME, LABEL_NAME
 
@@ -41,7 +43,7 @@ def training_symbol(network):
 
 
 def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore, optimizer,
-                optimizer_params, no_wd=False, states_path=None):
+                optimizer_params, no_wd=False, states_path=None, allow_pickle=False):
     """A bound, initialized ``BucketingModule`` for ``network`` in ``dtype``, and its optimizer.
 
     Parameters
@@ -100,29 +102,34 @@ def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore
         warnings.filterwarnings("ignore", message=".*rescale_grad.*")
         init_optimizer(module, opt, kvstore)
     if states_path:
-        load_module_states(module, states_path, num_devices=len(ctx))
+        load_module_states(module, states_path, num_devices=len(ctx), allow_pickle=allow_pickle)
     return module, opt
 
 
 def save_module_states(module, path, *, num_devices):
-    """Write a Module's optimizer state as a one-device Module writes it: one entry per parameter
-    (the first device's), so the checkpoint loads onto any number of devices.
+    """Write a Module's optimizer state, without pickle
+    (:func:`mxfp16.optimizer_states.save_optimizer_states`), as a one-device Module holds it: one
+    entry per parameter (the first device's), so the checkpoint loads onto any number of devices.
 
     MXNet's ``save_optimizer_states`` keys the state by ``param_index * num_devices + device``.
     """
     updater = mxnet_internals.module_updater(module)
     states = {index // num_devices: state for index, state in updater.states.items()
               if index % num_devices == 0}
-    with open(path, "wb") as states_file:
-        pickle.dump(states, states_file)
+    save_optimizer_states(path, states)
 
 
-def load_module_states(module, path, *, num_devices):
+def load_module_states(module, path, *, num_devices, allow_pickle=False):
     """Give each of the Module's devices its own copy of the state :func:`save_module_states`
-    wrote (or a one-device Module's ``save_optimizer_states``)."""
-    with open(path, "rb") as states_file:
-        blob = states_file.read()
-    copies = [pickle.loads(blob) for _ in range(num_devices)]
+    wrote (or, with ``allow_pickle``, the pickle a one-device Module's
+    ``save_optimizer_states`` writes)."""
+    if allow_pickle and is_pickle_file(path):
+        with open(path, "rb") as states_file:
+            blob = states_file.read()
+        copies = [pickle.loads(blob) for _ in range(num_devices)]
+    else:
+        states = read_optimizer_states(path)[0]
+        copies = [states] + [copy.deepcopy(states) for _ in range(num_devices - 1)]
     updater = mxnet_internals.module_updater(module)
     updater.states = {index * num_devices + device: state
                       for device, copy in enumerate(copies) for index, state in copy.items()}
@@ -148,13 +155,14 @@ class ModuleAPI:
     name = "module"
 
     def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
-                 soft_targets=False, no_wd=False, states_path=None, data_shape, num_classes):
+                 soft_targets=False, no_wd=False, states_path=None, data_shape, num_classes,
+                 allow_pickle=False):
         self.network, self.scaler = network, scaler
         label_shape = (data_shape[0], num_classes) if soft_targets else (data_shape[0],)
         self.module, self._optimizer = make_module(
             network, scaler, ctx=ctx, dtype=dtype, data_shape=data_shape, label_shape=label_shape,
             kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params, no_wd=no_wd,
-            states_path=states_path)
+            states_path=states_path, allow_pickle=allow_pickle)
         self._num_devices = len(ctx)
         # Workers of a distributed kvstore (or Horovod) agree on skipping a step through it.
         self._step_kvstore = kvstore if isinstance(kvstore, mx.kvstore.KVStoreBase) else None

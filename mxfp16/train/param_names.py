@@ -40,12 +40,15 @@ def scope_prefix(names):
 
 def _renamed(network, rename):
     """``network`` with every parameter ``name`` called ``rename(name)``, in graph and values."""
-    graph = json.loads(network.symbol.tojson(remove_amp_cast=False))
-    params = set(network.arg_params) | set(network.aux_params)
-    for node in graph["nodes"]:
-        if node["op"] == "null" and node["name"] in params:
-            node["name"] = rename(node["name"])
-    return Network(mx.sym.load_json(json.dumps(graph)),
+    symbol = network.symbol  # None: a checkpoint whose damaged graph file resuming does not need
+    if symbol is not None:
+        graph = json.loads(symbol.tojson(remove_amp_cast=False))
+        params = set(network.arg_params) | set(network.aux_params)
+        for node in graph["nodes"]:
+            if node["op"] == "null" and node["name"] in params:
+                node["name"] = rename(node["name"])
+        symbol = mx.sym.load_json(json.dumps(graph))
+    return Network(symbol,
                    {rename(k): v for k, v in network.arg_params.items()},
                    {rename(k): v for k, v in network.aux_params.items()},
                    tuple(rename(n) for n in network.fixed_param_names),
