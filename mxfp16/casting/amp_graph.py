@@ -4,6 +4,7 @@ MXNet 1.9.1 has no bfloat16 CPU kernel, and one dtype for the inputs of multi-in
 widest-type rule, which its bfloat16 lists leave out for Concat), explicit float32 where AMP's
 bfloat16 pass would mistype an op reading a float32 value.
 """
+import mxnet as mx
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 
@@ -122,6 +123,12 @@ def _reads_float32(rw):
     return chosen
 
 
+def _last_line(error):
+    """The check that failed, from an MXNetError's message."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists, after mxfp16's rules (see the module docstring);
     outputs come back as float32."""
@@ -131,6 +138,13 @@ def cast_with_amp(sym, dtype, data_names):
         plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
         plain = _float32_inputs(plain, _reads_float32, data_names)
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
-    converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
-                                   cast_optional_params=(dtype == "float16"))
+    try:
+        converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
+                                       cast_optional_params=(dtype == "float16"))
+    except mx.base.MXNetError as error:
+        fix = "cast with mode='full' (the default)" if dtype == "float16" else \
+            "cast to float16 with mode='full' (the default), or keep this part float32"
+        raise mx.base.MXNetError(  # the class it had: callers that catch it still do
+            f"MXNet's AMP pass (mode='amp', and every bfloat16 cast) cannot convert this graph to "
+            f"{dtype} ({_last_line(error)}): {fix}") from None
     return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
