@@ -354,5 +354,5 @@ def float16_mode(mx):
     """
     if mx is None:
         return None
-    from ..emulation import resolve_emulate
+    from ..casting.emulation import resolve_emulate
     return "cpu-emulation" if resolve_emulate(None, "float16") else "gpu"

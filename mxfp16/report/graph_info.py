@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import mxnet as mx
 import numpy as np
 
-from ..graph import internal_dtypes
+from ..casting.graph import internal_dtypes
 
 @dataclass
 class Tensor:

@@ -5,7 +5,7 @@ inference with float32 data: an op runs in the dtype of its first output.
 """
 from collections import Counter
 
-from ..graph import internal_dtypes
+from ..casting.graph import internal_dtypes
 from .graph_info import graph_nodes
 
 #: The cast ops MXNet and mxfp16 insert.

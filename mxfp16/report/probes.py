@@ -17,8 +17,8 @@ from collections import defaultdict
 
 import mxnet as mx
 
-from ..fastround import ROUND_OP
-from ..graph import MARK, node_dtype
+from ..casting.fastround import ROUND_OP
+from ..casting.graph import MARK, node_dtype
 
 #: Suffix of the probe inputs' names.
 PROBE_SUFFIX = "_grad_probe"

@@ -26,7 +26,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from ..casting import cast_block, cast_symbol
-from ..graph import internal_dtypes
+from ..casting.graph import internal_dtypes
 from ..loss_scaling import DEFAULT_HEADROOM, FLOAT16_MAX, StaticLossScaler, recommend_loss_scale
 from ..optimizers import make_trainer
 from .probes import add_gradient_probes

@@ -15,7 +15,7 @@ import mxnet as mx
 
 from .. import mxnet_internals
 from ..casting import cast_symbol
-from ..checkpoint_cast import cast_params
+from ..casting.params import cast_params
 from ..models import Network
 from ..module import init_optimizer, make_scaled_module, module_step
 from ..optimizers import NO_WD_SUFFIXES, make_optimizer
