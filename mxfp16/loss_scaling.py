@@ -16,6 +16,7 @@ import mxnet as mx
 from . import mxnet_internals
 from .grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
 from .kvstore import sync_initial_weights
+from .loss_heads import visible_head_ignoring_ops
 # recommend_loss_scale and its constants live with the settings; they are imported from here too.
 from .loss_scale_settings import (CLASSIC_INIT_SCALE, DEFAULT_HEADROOM, FLOAT16_MAX,  # noqa: F401
                                   MAX_LOSS_SCALE, check_dynamic_settings, check_positive,
@@ -94,9 +95,29 @@ class LossScaler:
         return False
 
     def scale(self, loss):
-        """Multiply a loss (an NDArray or a list of them) by the loss scale before ``backward``."""
+        """Multiply a loss (an NDArray or a list of them) by the loss scale before ``backward``.
+
+        Raises
+        ------
+        RuntimeError
+            If the loss passes through an op whose backward ignores the head gradient
+            (``SoftmaxOutput``, ``MakeLoss``, ...; GluonCV's segmentation losses): the scale would
+            not reach the gradients, and the step would train at 1/scale.  ``mxfp16.Trainer``'s
+            ``backward`` and ``scale`` handle such losses (hybridized blocks are not looked into
+            here: they are, by the Trainer).
+        """
         if not self.enabled:
             return loss
+        heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
+        ops = visible_head_ignoring_ops(heads) if self._scale != 1.0 else []
+        if ops:
+            raise RuntimeError(
+                f"the loss passes through {', '.join(ops)}, whose backward ignores the head "
+                f"gradient: multiplied by the loss scale {self._scale:g}, the gradients would come "
+                "out unscaled and the step would divide them by the scale. Use mxfp16.Trainer and "
+                "trainer.backward(loss) (or trainer.scale(loss)), which back-propagate such a loss "
+                "unscaled, or a loss that passes the head gradient on "
+                "(gluon.loss.SoftmaxCrossEntropyLoss)")
         if isinstance(loss, (list, tuple)):
             return [item * self._scale for item in loss]
         return loss * self._scale

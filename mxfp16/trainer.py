@@ -7,17 +7,23 @@ comes from :func:`mxfp16.make_optimizer` (float32 master weights for float16) an
 from :func:`mxfp16.make_loss_scaler`; ``save_states`` / ``load_states`` carry the scaler's state in
 the same file as the optimizer's.
 """
+import logging
+
 import mxnet as mx
 from mxnet import autograd, gluon
 
 from . import mxnet_internals
+from .grad_checks import flat_trainer_grads
 from .kvstore import sync_if_horovod
+from .loss_heads import HeadCheck, describe
 from .loss_scaling import LossScaler, make_loss_scaler
 from .optimizers import adapt_states, make_optimizer, restore_multi_precision, training_dtype
 
 #: Attribute of the optimizer pickled into a ``.states`` file that carries the loss scaler's
 #: state: inside the optimizer, the file stays one ``gluon.Trainer.load_states`` reads.
 SCALER_STATE_ATTRIBUTE = "mxfp16_loss_scaler"
+
+log = logging.getLogger(__name__)
 
 
 class _GluonSteps:
@@ -118,6 +124,8 @@ class Trainer(gluon.Trainer):
         self.scaler = _scaler_for(loss_scale, dtype)
         self._loss_scaled = False  # trainer.backward / trainer.scale ran since the last update
         self.scaled_with = None  # the loss scale of that backward, which the update divides by
+        self._head_check = HeadCheck()
+        self._warned_heads = False
         optimizer = make_optimizer(optimizer, dtype, **dict(optimizer_params or {}))
         super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
@@ -146,11 +154,33 @@ class Trainer(gluon.Trainer):
 
     def scale(self, loss):
         """The loss (an NDArray or a list) times the loss scale, for code that calls ``backward``
-        itself (inside ``autograd.record()``); :meth:`backward` does both."""
+        itself (inside ``autograd.record()``); :meth:`backward` does both.
+
+        A loss whose backward ignores the head gradient (``SoftmaxOutput``, ``MakeLoss``, ...)
+        comes back unscaled, and the step divides by 1 (see :meth:`backward`)."""
+        heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
         self.scaler.discard_step(self)
         self._loss_scaled = True
+        if self._scale_for(heads) == 1.0:
+            self.scaled_with = 1.0
+            return loss
         self.scaled_with = self.scaler.loss_scale
         return self.scaler.scale(loss)
+
+    def _scale_for(self, heads):
+        """The loss scale this backward multiplies by: 1 when the gradients pass through an op
+        that ignores the head gradient, where a scale would be lost and the step would train at
+        1/scale (logged once per Trainer)."""
+        scale = self.loss_scale
+        if scale == 1.0:
+            return scale
+        ops = self._head_check.ops(heads, flat_trainer_grads(self))
+        if not ops:
+            return scale
+        if not self._warned_heads:
+            log.warning("mxfp16.Trainer: %s", describe(ops))
+            self._warned_heads = True
+        return 1.0
 
     def backward(self, losses, retain_graph=False, train_mode=True):
         """``autograd.backward`` of the losses multiplied by the loss scale.
@@ -158,6 +188,12 @@ class Trainer(gluon.Trainer):
         Replaces ``loss.backward()`` / ``for l in losses: l.backward()``, inside or outside
         ``autograd.record()``: the scale enters as the head gradient, so the gradients are the
         ones ``(loss * scale).backward()`` gives.
+
+        When a loss passes through an op whose backward ignores the head gradient
+        (``SoftmaxOutput``, ``MakeLoss``, the ``*RegressionOutput`` ops: GluonCV's segmentation
+        losses), the scale could not reach the gradients, so that backward runs unscaled and the
+        step divides by 1: the update is float32's, and float16 gradients below 2**-24 flush to
+        zero (logged once).  Found in the recorded graph; a hybridized block is probed once.
 
         Parameters
         ----------
@@ -168,7 +204,7 @@ class Trainer(gluon.Trainer):
         """
         heads = list(losses) if isinstance(losses, (list, tuple)) else [losses]
         self.scaler.discard_step(self)
-        scale = self.loss_scale
+        scale = self._scale_for(heads)
         head_grads = None if scale == 1.0 else \
             [mx.nd.full(head.shape, scale, ctx=head.context, dtype=head.dtype) for head in heads]
         autograd.backward(heads, head_grads=head_grads, retain_graph=retain_graph,

@@ -376,7 +376,7 @@ def test_gluonnlp_gpu_graph_runs_its_gemms_in_float16(name):
     block = build(nlp_factories()[name])
     cast = mxfp16.cast_block(block, "float16", emulate=False)
     call = nlp_call(name, block)
-    (graph_block, _), _, _ = cast._new_variant(call)  # traced as the call needs, not run
+    graph_block, _, _ = cast._new_variant(call)  # traced as the call needs, not run
     inputs, graph = mxnet_internals.symbol_block_graph(graph_block)
     names = [symbol.name for symbol in inputs]
     _, out_types, _ = graph.infer_type(**{n: np.float32 for n in names})

@@ -357,7 +357,7 @@ def test_bert_gpu_graph_runs_its_gemms_in_float16():
     bert.initialize(mx.init.Normal(0.02))
     gpu = mxfp16.cast_block(bert, "float16", emulate=False)
     tokens, types, valid = bert_batch()
-    (inference, _), positions, _ = gpu._new_variant([tokens, types, valid])  # the 3-input call
+    inference, positions, _ = gpu._new_variant([tokens, types, valid])  # the 3-input call
     inputs, graph = mxnet_internals.symbol_block_graph(inference)
     names = [symbol.name for symbol in inputs]
     dtypes = internal_dtypes(graph, names)

@@ -3,7 +3,8 @@
 One concept, one subpackage:
 
 - :mod:`.cast`: ``cast_block`` and ``cast_symbol``, the graph rewrite that gives each op its dtype;
-- :mod:`.rules`: the per-op dtype rules, as named data with their reasons;
+- :mod:`.rules`: the per-op dtype rules, a table of rows with their reasons;
+- :mod:`.amp_graph`: MXNet's AMP pass (``mode='amp'``, bfloat16) after mxfp16's rules;
 - :mod:`.graph`: the JSON rewrite of an MXNet graph that casting and emulation share;
 - :mod:`.block`: ``CastBlock``, what ``cast_block`` returns;
 - :mod:`.signature`: how a Gluon block is called (inputs, nesting, messages);

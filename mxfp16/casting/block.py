@@ -90,21 +90,30 @@ class CastBlock(gluon.SymbolBlock):
     """
 
     def __init__(self, graphs, data_names, params, param_keys, dtype, tracer=None, plain=None,
-                 original=None):
+                 original=None, plain_training=None):
         inference, training = graphs
         super().__init__(inference, _data_inputs(data_names), params=params)
         self.data_names = list(data_names)
         self.param_keys = dict(param_keys)
         self._watch_outputs = dtype == "float16"
+        # The call traced first: ``count`` plain arrays, of which those at ``positions`` are the
+        # graph's inputs, the outputs nested as ``out_fmt`` (None: as the graph gives them); in
+        # training mode the same call's own inputs and nesting (``plain_training``: data names,
+        # positions, nesting), None while that call waits to be traced from its first use.
+        count, positions, out_fmt = plain or (len(data_names), None, None)
+        self._plain_count = count
+        self._plain_modes = {False: (positions, out_fmt)}
+        if plain_training is None and tracer is None:  # nothing to trace: one call, two modes
+            plain_training = (data_names, positions, out_fmt)
+        if plain_training is not None:
+            self._plain_modes[True] = tuple(plain_training[1:])
+        train_names = data_names if plain_training is None else plain_training[0]
         # A child block, so hybridize() reaches it; it shares every Parameter.
         self.training_block = None if training is None else \
-            gluon.SymbolBlock(training, _data_inputs(data_names), params=params)
-        # The call traced first: ``count`` plain arrays, of which those at ``positions`` are the
-        # graph's inputs, the outputs nested as ``out_fmt`` (None: as the graph gives them).
-        count, self._positions, self._out_fmt = plain or (len(data_names), None, None)
-        self._plain_count = count
-        # Calls of another shape (nested states, optional inputs given or left out) get graphs of
-        # their own, traced from the original block by ``tracer(call)`` on first use.
+            gluon.SymbolBlock(training, _data_inputs(train_names), params=params)
+        # Calls of another shape (nested states, optional inputs given or left out), and calls in
+        # a mode not traced yet, get graphs of their own, traced from the original block by
+        # ``tracer(call, training=...)`` on first use.
         self._tracer, self._variants = tracer, {}
         # The original's other methods (GluonNLP's decoder.init_state_from_encoder, begin_state),
         # not as a child: its Parameters are this block's already.
@@ -118,55 +127,62 @@ class CastBlock(gluon.SymbolBlock):
 
     @property
     def graphs(self):
-        """``(inference graph, training graph or None when the two are the same)``."""
+        """``(inference graph, training graph or None)``: None when the two are the same, or
+        when the training call waits to be traced from its first use (GluonCV's detectors, whose
+        training call takes other inputs)."""
         training = None if self.training_block is None else \
             mxnet_internals.symbol_block_graph(self.training_block)[1]
         return mxnet_internals.symbol_block_graph(self)[1], training
 
     def forward(self, x, *args):
         call = (x,) + args
-        if not is_plain_call(call, self._plain_count):
-            return self._watch(self._call_variant(call))
-        if self._positions is not None:
-            call = [call[index] for index in self._positions]
-        if self.training_block is not None and autograd.is_training():
+        training = autograd.is_training()
+        plain = self._plain_modes.get(training)
+        if plain is None or not is_plain_call(call, self._plain_count):
+            return self._watch(self._call_variant(call, training))
+        positions, out_fmt = plain
+        if positions is not None:
+            call = [call[index] for index in positions]
+        if self.training_block is not None and training:
             out = self.training_block(*call)
         else:
             out = self._watch(super().forward(*call))
-        if self._out_fmt is None:
+        if out_fmt is None:
             return out
-        return mxnet_internals.regroup(out if isinstance(out, list) else [out], self._out_fmt)
+        return mxnet_internals.regroup(out if isinstance(out, list) else [out], out_fmt)
 
-    def _call_variant(self, call):
-        """Run a call whose arguments are not the traced data inputs: nested lists, None, or
-        another number of arrays."""
+    def _call_variant(self, call, training):
+        """Run a call whose arguments are not the traced data inputs (nested lists, None, or
+        another number of arrays), or whose mode was not traced: each traced in its own mode,
+        with its own inputs, at its first use."""
         flat, _, key = call_structure(call)
-        key = (len(call), key)
+        key = (len(call), key, training)
         if key not in self._variants:
             if self._tracer is None:
                 raise TypeError(f"this cast network takes ({', '.join(self.data_names)}) (the "
                                 f"inputs it was traced with), called with {describe_call(call)}: "
                                 "cast the original Gluon block, whose own calls it then takes")
-            self._variants[key] = self._new_variant(call)
-        (inference, training), positions, out_fmt = self._variants[key]
-        block = training if training is not None and autograd.is_training() else inference
+            self._variants[key] = self._new_variant(call, training)
+        block, positions, out_fmt = self._variants[key]
         outputs = block(*[flat[index] for index in positions])
         return mxnet_internals.regroup(outputs if isinstance(outputs, list) else [outputs],
                                        out_fmt)
 
-    def _new_variant(self, call):
-        data_names, positions, graphs, out_fmt = self._tracer(call)
-        params = self.collect_params()
-        blocks = [None if graph is None else
-                  gluon.SymbolBlock(graph, _data_inputs(data_names), params=params)
-                  for graph in graphs]
+    def _new_variant(self, call, training=False):
+        """``(block, positions, out_fmt)`` of ``call`` traced in one mode (training: in the
+        autograd recording state of the call)."""
+        trace = self._tracer(call, training=training,
+                             recording=training and autograd.is_recording())
+        # The original's parameters as they are now: GluonCV's R-CNN creates its target
+        # generator (and its constants) at the first training call, that is, in this trace.
+        params = self.collect_params() if self._original is None else \
+            self._original.collect_params()
+        block = gluon.SymbolBlock(trace.graph, _data_inputs(trace.data_names), params=params)
+        self.register_child(block, f"variant{len(self._variants)}")
         flags = mxnet_internals.hybridize_flags(self)
-        for index, block in enumerate(blocks):
-            if block is not None:
-                self.register_child(block, f"variant{len(self._variants)}_{index}")
-                if flags is not None:
-                    block.hybridize(True, **flags)
-        return blocks, positions, out_fmt
+        if flags is not None:
+            block.hybridize(True, **flags)
+        return block, trace.positions, trace.out_fmt
 
     def _watch(self, out):
         if self._watch_outputs and not autograd.is_training():

@@ -10,33 +10,20 @@ A Gluon block is traced twice, in training and in inference mode, so that Python
 runs the graph of the current mode.
 """
 import json
+from collections import namedtuple
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
-from mxnet.contrib import amp
-from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
 from .. import mxnet_internals
+from .amp_graph import cast_with_amp, float32_tail
 from .block import CastBlock
-from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
-                     FLOAT32_OPS, INDEX_INPUTS, check_dtype, check_mode)
+from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
+                    INDEX_INPUTS, applies, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
 from .signature import block_inputs, call_structure, describe_call, describe_signature
-from .graph import (MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, strip,
-                    without_dtype)
-
-_CONDITIONAL_FLOAT32 = {op: (attr, values)
-                        for op, attr, values in _amp_lists.CONDITIONAL_FP32_FUNCS}
-
-
-def _runs_in_float32(node):
-    op = node["op"]
-    if op in FLOAT32_OPS:
-        return True
-    rule = _CONDITIONAL_FLOAT32.get(op)
-    return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
-
+from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, without_dtype)
 
 def _created_dtype(node):
     """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
@@ -45,21 +32,22 @@ def _created_dtype(node):
     return "float32" if dtype == "None" else dtype
 
 
-def _target_dtype(node):
-    """The dtype an op with inputs runs in, in the float16 graph."""
-    return node_dtype(node) or ("float32" if _runs_in_float32(node) else "float16")
+def _target_dtype(node, tail=False):
+    """The dtype an op with inputs runs in, in the float16 graph (``tail``: no GEMM reads it)."""
+    return node_dtype(node) or (
+        "float32" if tail or applies("float32", node) else "float16")
 
 
-def _consumer_dtypes(rw):
+def _consumer_dtypes(rw, tail):
     """``{old node id: set of dtypes its consumers run in}``, index inputs left out."""
     wanted = {}
-    for node in rw.old_nodes:
-        if node["op"] == "null" or not node["inputs"]:
-            continue
+    for old_id, node in enumerate(rw.old_nodes):
+        if node["op"] == "null" or not node["inputs"] or node.get("attrs", {}).get(MARK):
+            continue  # inserted casts of an earlier cast are not consumers: they are dropped
         skip = INDEX_INPUTS.get(node["op"], ())
         for position, entry in enumerate(node["inputs"]):
             if position not in skip:
-                wanted.setdefault(entry[0], set()).add(_target_dtype(node))
+                wanted.setdefault(entry[0], set()).add(_target_dtype(node, old_id in tail))
     return wanted
 
 
@@ -88,7 +76,7 @@ _FLOAT_DTYPE_ATTRS = ("float32", "float16", "float64")
 _FLOAT_KINDS = ("float16", "float32")
 
 
-def _cast_op(rw, old_id, node, inputs, kind):
+def _cast_op(rw, old_id, node, inputs, kind, tail):
     """Emit an op with inputs in the float16 graph: its inputs cast to the dtype it runs in; return
     that dtype.  Ops on integer values only (valid lengths, positions cast to int32) stay so."""
     skip = INDEX_INPUTS.get(node["op"], ())
@@ -96,7 +84,7 @@ def _cast_op(rw, old_id, node, inputs, kind):
     if kinds and all(k is not None and k not in _FLOAT_KINDS for k in kinds):
         rw.emit(node, inputs, old_id)
         return kinds[0]
-    target = _target_dtype(node)
+    target = _target_dtype(node, tail)
     other = {"float32": "float16", "float16": "float32"}[target]
     inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
               for i, e in enumerate(inputs)]
@@ -112,15 +100,23 @@ def _cast_whole_graph(sym, data_names):
 
     Every op runs in float16 but those of :data:`~mxfp16.casting.rules.FLOAT32_OPS`, which take float32
     and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
-    (softmax between two batch_dots, LayerNorm between GEMMs).
+    (softmax between two batch_dots, LayerNorm between GEMMs), and those no GEMM reads
+    (:func:`~mxfp16.casting.amp_graph.float32_tail`: box decoding, NMS, losses).
     """
     rw = GraphRewriter(sym)
-    consumers = _consumer_dtypes(rw)
+    tail = float32_tail(rw)
+    consumers = _consumer_dtypes(rw, tail)
     kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "null":
             is_data = node["name"] in data_names
-            new_id = rw.emit(node if is_data else without_dtype(node), [], old_id)
+            if not is_data:  # declared float32 where only float32 ops read it (SSD's anchors,
+                # which slice_like reads without giving them a type), else left to inference
+                node = without_dtype(node)
+                if consumers.get(old_id) == {"float32"}:
+                    node = dict(node, attrs=dict(node.get("attrs", {}),
+                                                 __dtype__=DTYPE_CODES["float32"]))
+            new_id = rw.emit(node, [], old_id)
             kind[new_id] = "float32" if is_data else None
             continue
         if not node["inputs"]:  # its dtype attribute decides, not the float16 rule
@@ -130,66 +126,12 @@ def _cast_whole_graph(sym, data_names):
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         target = node_dtype(node)
         if target is None:
-            target = _cast_op(rw, old_id, node, inputs, kind)
+            target = _cast_op(rw, old_id, node, inputs, kind, old_id in tail)
         else:
             rw.emit(node, inputs, old_id)
         kind[len(rw.nodes) - 1] = target
     heads = [rw.cast(h, "float32") if kind.get(h[0]) == "float16" else h for h in rw.heads()]
     return rw.to_symbol(heads)
-
-
-def _mark_new_casts(sym, before):
-    """Mark the cast nodes AMP inserted (names not in ``before``) so a later cast can drop them."""
-    rw = GraphRewriter(sym, drop_inserted=False)
-    for old_id, node in rw.nodes_in_order():
-        if node["op"] in ("amp_cast", "amp_multicast") and node["name"] not in before:
-            node = dict(node, attrs=dict(node.get("attrs", {}), **{MARK: "amp"}))
-        rw.copy(old_id, node)
-    return rw.to_symbol(rw.heads())
-
-
-def _outputs_to_float32(sym, data_names):
-    """Cast every output that is not float32 (as inferred with float32 data) to float32."""
-    types = internal_dtypes(sym, data_names)
-    rw = GraphRewriter(sym, drop_inserted=False)
-    for old_id, node in rw.nodes_in_order():
-        rw.copy(old_id, node)
-    heads = [rw.cast(h, "float32") if types.get(name, "float32") != "float32" else h
-             for h, name in zip(rw.heads(), sym.list_outputs())]
-    return rw.to_symbol(heads)
-
-
-def _lacks_bfloat16_kernel(op):
-    """Whether MXNet 1.9.1 cannot run ``op`` in bfloat16 on a CPU although AMP may leave it so."""
-    return op in BFLOAT16_FLOAT32_GEMMS or (
-        op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
-
-
-def _float32_where_no_bfloat16_kernel(sym):
-    """Cast the inputs of ops without a bfloat16 CPU kernel (batch_dot, dot, the interleaved
-    attention matmuls) to float32 before AMP's bfloat16 pass, which would otherwise leave them
-    bfloat16 (widest-type rule) or fail its own type inference (ops in none of its lists)."""
-    rw = GraphRewriter(sym)
-    for old_id, node in rw.nodes_in_order():
-        if node["op"] == "null" or not _lacks_bfloat16_kernel(node["op"]):
-            rw.copy(old_id, node)
-            continue
-        skip = INDEX_INPUTS.get(node["op"], ())
-        inputs = [rw.input_entry(e) for e in node["inputs"]]
-        rw.emit(node, [e if i in skip else rw.cast(e, "float32") for i, e in enumerate(inputs)],
-                old_id)
-    return rw.to_symbol(rw.heads())
-
-
-def _cast_with_amp(sym, dtype, data_names):
-    """MXNet's AMP pass with its own op lists; outputs come back as float32."""
-    plain = strip(sym, data_names)
-    if dtype == "bfloat16":
-        plain = _float32_where_no_bfloat16_kernel(plain)
-    before = {node["name"] for node in GraphRewriter(plain).old_nodes}
-    converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
-                                   cast_optional_params=(dtype == "float16"))
-    return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
 
 
 def _describe(value):
@@ -260,9 +202,9 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
         return sym
     if dtype == "bfloat16":
         resolve_emulate(emulate, dtype)
-        return _cast_with_amp(sym, dtype, data_names)
+        return cast_with_amp(sym, dtype, data_names)
     gpu = _cast_whole_graph(sym, data_names) if mode == "full" else \
-        _cast_with_amp(sym, dtype, data_names)
+        cast_with_amp(sym, dtype, data_names)
     if not resolve_emulate(emulate, dtype):
         return gpu
     plan = internal_dtypes(gpu, data_names)
@@ -325,41 +267,67 @@ def _input_names(block, input_names):
     return inputs[0]
 
 
+#: One traced call: the cast graph, its data inputs (names and positions among the call's flat
+#: arrays), the nesting of its outputs, and the structure of the float32 graph (to compare traces).
+Trace = namedtuple("Trace", ["data_names", "positions", "graph", "out_fmt", "structure"])
+
+
+def _traced_outputs(block, symbols, training, recording):
+    """``block(*symbols)`` in the autograd state of the call being traced: GluonCV's YOLOv3 returns
+    its losses when recording in training mode, raw predictions when only training."""
+    scope = autograd.record(train_mode=True) if training and recording else \
+        autograd.train_mode() if training else autograd.predict_mode()
+    with scope:
+        return block(*symbols)
+
+
 def _variant_tracer(block, dtype, emulate, mode):
-    """``trace(call, names=None) -> (data names, positions, (inference graph, training graph or
-    None), output format)``: the cast graphs of ``block`` called as in ``call`` (nested lists,
-    None), the inputs it uses (their names and positions among the call's flat arrays) and the
-    nesting of its outputs, for :class:`CastBlock`."""
-    def trace(call, names=None):
+    """``trace(call, names=None, training=False, recording=None) -> Trace``: the cast graph of
+    ``block`` called as in ``call`` (nested lists, None), in one mode, for :class:`CastBlock`.
+    ``recording`` (default: ``training``) traces inside ``autograd.record()``."""
+    def trace(call, names=None, training=False, recording=None):
         flat, fmt, _ = call_structure(call)
         names = list(names) if names else [f"input{index}" for index in range(len(flat))]
         symbols = mxnet_internals.regroup(
             [None if array is None else mx.sym.var(name) for array, name in zip(flat, names)], fmt)
-        graphs, out_fmt = [], None
-        for scope in (autograd.predict_mode, autograd.train_mode):
-            with scope():
-                try:
-                    outputs = block(*symbols)
-                except (TypeError, AssertionError) as error:
-                    raise TypeError(f"the cast network takes what {describe_signature(block)} "
-                                    f"takes, called with {describe_call(call)}: "
-                                    f"{' '.join(str(error).split())}") from None
+        with autograd.pause():  # the casting's own NDArray work is never recorded
+            try:
+                outputs = _traced_outputs(block, symbols, training,
+                                          training if recording is None else recording)
+            except (TypeError, AssertionError) as error:
+                raise TypeError(f"the cast network takes what {describe_signature(block)} takes, "
+                                f"called with {describe_call(call)} in "
+                                f"{'training' if training else 'inference'} mode: "
+                                f"{' '.join(str(error).split())}") from None
             out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
-            graphs.append(out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat))
-        inference, training = graphs
-        used = set(inference.list_arguments()) | set(training.list_arguments())
-        positions = [index for index, (array, name) in enumerate(zip(flat, names))
-                     if array is not None and name in used]
-        data_names = [names[index] for index in positions]
-        if _structure(training) == _structure(inference):
-            training = None
-        cast = [None if sym is None else
-                cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
-                for sym in (inference, training)]
-        _cast_parameters(block.collect_params(), [sym for sym in cast if sym is not None],
-                         data_names)
-        return data_names, positions, cast, out_fmt
+            graph = out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat)
+            used = set(graph.list_arguments())
+            positions = [index for index, (array, name) in enumerate(zip(flat, names))
+                         if array is not None and name in used]
+            data_names = [names[index] for index in positions]
+            cast = cast_symbol(graph, dtype, emulate=emulate, mode=mode, data_names=data_names)
+            _cast_parameters(block.collect_params(), [cast], data_names)
+        return Trace(data_names, positions, cast, out_fmt, _structure(graph))
     return trace
+
+
+def _closed_signature(block, count):
+    """Whether ``block`` takes exactly ``count`` inputs, none optional: its training call is then
+    its inference call, and both can be traced when it is cast."""
+    inputs = block_inputs(block)
+    return inputs is not None and not inputs[1] and len(inputs[0]) == count
+
+
+def _trace_plain(tracer, block, names):
+    """The traces of the call with ``names``: inference, and training where the block's signature
+    leaves no other training call (None: traced at the first training call, with its inputs)."""
+    inference = tracer([mx.nd.zeros(1)] * len(names), names)
+    if not _closed_signature(block, len(names)):
+        return inference, None
+    training = tracer([mx.nd.zeros(1)] * len(names), names, training=True)
+    if training.structure == inference.structure:
+        training = training._replace(graph=None)
+    return inference, training
 
 
 def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None):
@@ -447,12 +415,13 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
                   cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
                   for sym in graphs]
         _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
-        tracer, traced = None, (data_names, list(range(len(data_names))), graphs, None)
+        tracer, plain = None, (len(data_names), list(range(len(data_names))), None)
+        plain_training = (data_names,) + plain[1:]
     else:  # traced called with plain arrays; other calls traced on first use
         tracer = _variant_tracer(block, dtype, emulate, mode)
         names = _input_names(block, input_names)
         try:
-            traced = tracer([mx.nd.zeros(1)] * len(names), names)
+            inference, training = _trace_plain(tracer, block, names)
         except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
             if input_names is not None:
                 raise
@@ -460,13 +429,14 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
             # call, which also casts the parameters; until then the graph holds the parameters.
             graph = mx.sym.Group([mx.sym.var(name, dtype=param.dtype)
                                   for name, param in params.items()])
-            names, traced = (), ([], [], [graph, None], None)
+            names, inference, training = (), Trace([], [], graph, None, None), None
+        data_names, graphs = inference.data_names, (inference.graph, training and training.graph)
+        plain = (len(names), inference.positions, inference.out_fmt)
+        plain_training = training and (training.data_names, training.positions, training.out_fmt)
     keys = block.param_keys if isinstance(block, CastBlock) else \
         mxnet_internals.block_param_keys(block)
-    data_names, positions, graphs, out_fmt = traced
-    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer,
-                     plain=(len(positions) if tracer is None else len(names), positions, out_fmt),
-                     original=None if tracer is None else block)
+    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer, plain=plain,
+                     original=None if tracer is None else block, plain_training=plain_training)
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)

@@ -25,8 +25,7 @@ import logging
 
 import mxnet as mx
 
-from .rules import (CONDITIONAL_GRID_PRESERVING_OPS, EXACT_CONSTANT_OPS, GEMM_OPS,
-                     GRID_PRESERVING_OPS, INDEX_INPUTS)
+from .rules import EXACT_CONSTANT_OPS, GEMM_OPS, INDEX_INPUTS, applies
 from .graph import DTYPE_CODES, GraphRewriter, node_dtype
 
 log = logging.getLogger(__name__)
@@ -73,11 +72,7 @@ def resolve_emulate(emulate, dtype):
 
 def is_grid_preserving(node):
     """Whether ``node`` only selects or moves values, so rounded inputs give rounded outputs."""
-    op = node["op"]
-    if op in GRID_PRESERVING_OPS:
-        return True
-    rule = CONDITIONAL_GRID_PRESERVING_OPS.get(op)
-    return bool(rule) and node.get("attrs", {}).get(rule[0]) in rule[1]
+    return applies("grid", node)
 
 
 class _Emulator:
@@ -138,6 +133,17 @@ class _Emulator:
         name = node["name"]
         return "float16" in (self.plan.get(f"{name}_output"), self.plan.get(f"{name}_output0"))
 
+    def casts_a_float(self, node):
+        """Whether a cast node's input is a float16 or float32 value in the GPU graph (a cast
+        between those two becomes a rounding or nothing; a cast of integers stays)."""
+        source = self.rw.old_nodes[node["inputs"][0][0]]
+        if source["op"] == "null":
+            return True
+        index = node["inputs"][0][1]
+        dtype = self.plan.get(f"{source['name']}_output{index}",
+                              self.plan.get(f"{source['name']}_output") if index == 0 else None)
+        return dtype in (None, "float16", "float32")
+
     def created(self, old_id, node):
         """An op without inputs (zeros, random samplers, arange), copied; zeros and ones are on
         the float16 grid already."""
@@ -153,6 +159,9 @@ class _Emulator:
                   for i, e in enumerate(node["inputs"])]
         values = [e for i, e in enumerate(inputs) if i not in skip]
         cast_to = node_dtype(node)
+        if cast_to is not None and not self.casts_a_float(node):
+            self.rw.emit(node, inputs, old_id)  # integers to float (shapes, top-k indices): kept
+            return
         if cast_to == "float16":  # a cast the graph already had becomes a rounding
             self.rw.replace(old_id, self.round(inputs[0]))
             return

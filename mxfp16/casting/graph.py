@@ -207,3 +207,25 @@ def internal_dtypes(sym, input_dtypes):
     named = list(named) + list(zip(sym.list_arguments(), arg_types))
     named += list(zip(sym.list_auxiliary_states(), aux_types))
     return {name: np.dtype(t).name for name, t in named if t is not None}
+
+
+def feeding(rw, ops, skip):
+    """Old node ids whose value reaches (through any path) a data input of a node whose op is in
+    ``ops``; ``skip`` maps an op to input positions that do not count (index inputs, box
+    coordinates).
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> fc = mx.sym.FullyConnected(mx.sym.relu(mx.sym.var('data')), num_hidden=2, name='fc')
+    >>> rw = GraphRewriter(mx.sym.exp(fc))
+    >>> sorted(rw.old_nodes[i]['op'] for i in feeding(rw, {'FullyConnected'}, {}))
+    ['null', 'null', 'null', 'relu']
+    """
+    feeds = set()
+    for old_id in reversed(range(len(rw.old_nodes))):
+        node = rw.old_nodes[old_id]
+        if node["op"] in ops or old_id in feeds:
+            positions = skip.get(node["op"], ())
+            feeds.update(entry[0] for i, entry in enumerate(node["inputs"]) if i not in positions)
+    return feeds

@@ -1,8 +1,37 @@
-"""The per-op dtype rules of casting, as named constants.
+"""The per-op dtype rules of casting, as data: a table of rows, each with its reason.
 
-Each rule carries the reason it exists.  The float32 op list is MXNet's own AMP list
+A row names ops (or a family of them), the rule they follow and why.  A new op family adds its rows
+to :data:`OP_RULES`, in a section of its own; casting and emulation read the table only through
+:func:`ops_with`, :func:`applies` and :func:`index_inputs`, and the named sets at the end are views
+of it.  The float32 op list is MXNet's own AMP list
 (:mod:`mxnet.contrib.amp.lists.symbol_fp16`), not a copy of it, so it follows the installed MXNet.
+
+The rules:
+
+``float32``
+    The op runs in float32 in a float16 graph; float16 consumers get a cast back.
+``norm``
+    A normalization layer: its weights and running statistics stay float32.
+``float16_data``
+    A normalization op whose kernels take float16 data with float32 parameters (runs in place).
+``gemm``
+    A matrix multiply: float16 on Tensor Cores; emulated with float32 compute and float16 rounding
+    of its inputs and outputs on a CPU, which has no float16 GEMM.
+``dtype_attr``
+    The op's output dtype is its ``dtype`` attribute (float32 when unset), not its input's.
+``index``
+    The inputs at ``inputs`` hold integer indices or box coordinates: never cast, never rounded.
+``widest``
+    A multi-input op: all its float inputs get one dtype, the widest among them (MXNet AMP's rule).
+``grid``
+    The op only selects or moves values: float16 inputs give float16-grid outputs.
+``constant``
+    An op without inputs creating values exact in float16 and bfloat16 (zeros, ones).
+
+A row with ``when=(attribute, values)`` applies only when the node's attribute has one of the values.
 """
+from collections import namedtuple
+
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 from mxnet.contrib.amp.lists import symbol_fp16 as _amp_lists
 
@@ -13,38 +42,171 @@ from ..dtypes import (GRAD_SCALE_HEADS, LABELLED_HEADS, LOSS_HEADS, LOW_PRECISIO
 #: ``amp`` lets MXNet's AMP op lists decide op by op.
 CAST_MODES = ("full", "amp")
 
-#: Normalization layers keep float32 weights and running statistics: their statistics are sums of
-#: squares over many values, which overflow or lose precision in float16.
-NORM_OPS = frozenset({
-    "BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm", "_contrib_SyncBatchNorm",
-    "InstanceNorm", "LayerNorm", "GroupNorm",
-})
+#: The rules a row may give (see the module docstring).
+RULES = ("float32", "norm", "float16_data", "gemm", "dtype_attr", "index", "widest", "grid",
+         "constant")
 
-#: BatchNorm is the one normalization op whose kernels take float16 data with float32 parameters, so it
-#: runs in place; the other normalization ops are fed float32 (their kernels want one dtype throughout).
-NORM_OPS_WITH_FLOAT16_DATA = frozenset({"BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm"})
+#: One row of the table: ``ops`` (names, a family), its ``rule``, the ``reason``, the input
+#: positions of an ``index`` rule, and the ``(attribute, values)`` condition, if any.
+Rule = namedtuple("Rule", ["ops", "rule", "reason", "inputs", "when"], defaults=((), None))
 
-#: Loss heads and softmax run in float32: exp() of a float16 logit overflows above ~11, and the
-#: normalising sums lose precision.  These are the ones named in the MXNet float16 guide; MXNet's AMP
-#: float32 list adds the rest (exp, log, norms, reductions, ...).
-LOSS_AND_SOFTMAX_OPS = LOSS_HEADS | {
-    "Softmax", "softmax", "log_softmax", "SoftmaxActivation", "softmin", "make_loss",
-    "softmax_cross_entropy", "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss",
-    "smooth_l1",
-}
 
-#: Ops that run in float32 in a float16 network.
-FLOAT32_OPS = frozenset(_amp_lists.FP32_FUNCS) | LOSS_AND_SOFTMAX_OPS | (
-    NORM_OPS - NORM_OPS_WITH_FLOAT16_DATA)
+def row(ops, rule, reason, inputs=(), when=None):
+    """A checked row of the table: ``ops`` as a tuple of names, ``rule`` one of :data:`RULES`.
 
-#: Matrix-multiply ops: the ones Tensor Cores run, and the ones MXNet's CPU backend cannot run in
-#: float16 ("FP16 gemm on cpu not implemented!"), so CPU emulation computes them in float32.
-GEMM_OPS = frozenset({
-    "Convolution", "Deconvolution", "FullyConnected", "RNN", "dot", "batch_dot",
-    "_linalg_gemm", "_linalg_gemm2", "linalg_gemm", "linalg_gemm2", "_npi_matmul", "_npi_dot",
-    "_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt",
-    "_contrib_interleaved_matmul_encdec_qk", "_contrib_interleaved_matmul_encdec_valatt",
-})
+    Raises
+    ------
+    ValueError
+        For an unknown rule, an ``index`` row without input positions, or a row without a reason.
+
+    Examples
+    --------
+    >>> row("relu", "grid", "max(x, 0) of a float16 value is a float16 value").ops
+    frozenset({'relu'})
+    """
+    ops = frozenset((ops,) if isinstance(ops, str) else ops)
+    if rule not in RULES:
+        raise ValueError(f"unknown dtype rule {rule!r} for {sorted(ops)[:3]}: choose one of "
+                         f"{', '.join(RULES)}")
+    if (rule == "index") != bool(inputs):
+        raise ValueError(f"rule {rule!r} for {sorted(ops)[:3]} with inputs={inputs!r}: an 'index' row "
+                         "names its index input positions, and only an 'index' row does")
+    if not reason:
+        raise ValueError(f"the row {rule!r} for {sorted(ops)[:3]} has no reason: every rule says why")
+    return Rule(ops, rule, reason, tuple(inputs), when)
+
+
+_NORM = ("BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm", "_contrib_SyncBatchNorm", "InstanceNorm",
+         "LayerNorm", "GroupNorm")
+_NORM_FLOAT16_DATA = ("BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm")
+
+#: The table.  Rows of one op may add up (LayerNorm is ``norm`` and ``float32``).
+OP_RULES = [
+    row(_NORM, "norm", "statistics are sums of squares over many values, which overflow or lose "
+        "precision in float16: float32 weights and running statistics"),
+    row(_NORM_FLOAT16_DATA, "float16_data", "the one normalization op whose kernels take float16 "
+        "data with float32 parameters"),
+    row(sorted(set(_NORM) - set(_NORM_FLOAT16_DATA)), "float32", "their kernels want one dtype "
+        "for data and (float32) parameters"),
+    row(sorted(LOSS_HEADS), "float32", "loss heads: exp() of a float16 logit overflows above ~11, "
+        "and the normalising sums lose precision (the MXNet float16 guide)"),
+    row(("Softmax", "softmax", "log_softmax", "SoftmaxActivation", "softmin", "make_loss",
+         "softmax_cross_entropy", "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss",
+         "smooth_l1"), "float32", "softmax and losses: exp() overflows, sums lose precision"),
+    row(_amp_lists.FP32_FUNCS, "float32", "MXNet AMP's float32 list (exp, log, norms, "
+        "reductions, ...), followed as the installed MXNet has it"),
+    *[row(op, "float32", "MXNet AMP's conditional float32 list: float16 overflows in this "
+          "activation", when=(attr, tuple(values)))
+      for op, attr, values in _amp_lists.CONDITIONAL_FP32_FUNCS],
+    row(("Convolution", "Deconvolution", "FullyConnected", "RNN", "dot", "batch_dot",
+         "_linalg_gemm", "_linalg_gemm2", "linalg_gemm", "linalg_gemm2", "_npi_matmul", "_npi_dot",
+         "_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt",
+         "_contrib_interleaved_matmul_encdec_qk", "_contrib_interleaved_matmul_encdec_valatt"),
+        "gemm", "matrix multiplies: what Tensor Cores run, and what MXNet's CPU backend cannot run "
+        "in float16 (\"FP16 gemm on cpu not implemented!\")"),
+    row(("Embedding", "_contrib_SparseEmbedding", "one_hot"), "dtype_attr", "a float16 graph "
+        "sets their dtype attribute (a float16 Embedding has float16 weight and output)"),
+    row("Embedding", "index", "token ids above 2048 would round in float16", inputs=(0,)),
+    row(("take", "pick", "gather_nd"), "index", "indices above 2048 would round", inputs=(1,)),
+    row("one_hot", "index", "class ids above 2048 would round", inputs=(0,)),
+    row(("SequenceMask", "SequenceLast", "SequenceReverse"), "index", "sequence lengths",
+        inputs=(1,)),
+    row(("SoftmaxOutput", "SVMOutput", "softmax_cross_entropy"), "index", "class labels",
+        inputs=(1,)),
+    row(("softmax", "log_softmax", "masked_softmax", "masked_log_softmax"), "index",
+        "softmax(data, length, use_length=True): the valid lengths of GluonNLP's attention masks",
+        inputs=(1,)),
+    row(("relu", "Flatten", "flatten", "Reshape", "reshape", "transpose", "expand_dims", "squeeze",
+         "SliceChannel", "split", "slice", "slice_axis", "Concat", "concat", "_copy", "identity",
+         "max", "min", "_maximum", "_minimum", "broadcast_maximum", "broadcast_minimum",
+         "SwapAxis", "swapaxes", "tile", "repeat", "Crop", "Pad", "pad", "reverse",
+         "_contrib_BilinearResize2D_none", "_rnn_param_concat", "stack", "SequenceReverse",
+         "SequenceLast", "take", "pick", "Embedding", "broadcast_to", "broadcast_like",
+         "broadcast_axis", "slice_like"), "grid", "they select or move values and never compute "
+        "new ones, so emulation need not round their output again"),
+    row("Activation", "grid", "relu selects", when=("act_type", ("relu",))),
+    row("Pooling", "grid", "max-pooling selects", when=("pool_type", ("max",))),
+    row(_amp_lists.WIDEST_TYPE_CASTS, "widest", "MXNet AMP's widest-type list: the inputs of a "
+        "multi-input op get one dtype, the widest of theirs (float32 if one is float32)"),
+    # Detection (GluonCV's SSD, YOLOv3, Faster/Mask R-CNN, CenterNet).  What follows the last GEMM
+    # (box decoding, anchors, NMS, scores, in-network losses) runs in float32 by the graph rule of
+    # amp_graph.float32_tail; these rows hold wherever the ops sit.
+    row(("_contrib_ROIAlign", "ROIPooling", "_contrib_PSROIPooling"), "float32", "box "
+        "coordinates stay float32, and the kernel wants features and rois of one dtype (MXNet "
+        "AMP's widest-type rule gives the same)"),
+    row(("_contrib_ROIAlign", "ROIPooling", "_contrib_PSROIPooling"), "index", "rois are box "
+        "coordinates: a float16 coordinate above 2048 steps by 2 px or more", inputs=(1,)),
+    row(("_contrib_MultiBoxPrior", "_contrib_MultiBoxTarget", "_contrib_MultiBoxDetection",
+         "_contrib_Proposal", "_contrib_MultiProposal", "_contrib_box_nms",
+         "_contrib_box_non_maximum_suppression", "_contrib_box_iou", "_contrib_box_encode",
+         "_contrib_box_decode", "_contrib_bipartite_matching"), "float32", "anchors, box "
+        "targets, proposals and NMS: coordinates and scores stay float32, where float16 would "
+        "move boxes and reorder close scores"),
+    row(("_zeros", "_ones", "_zeros_without_dtype"), "constant", "zeros and ones are exact in "
+        "float16 and bfloat16: recurrent begin states and masks are created in the dtype their "
+        "consumers need"),
+]
+
+
+def ops_with(rule):
+    """The ops a row gives ``rule`` without a condition.
+
+    Examples
+    --------
+    >>> 'FullyConnected' in ops_with('gemm')
+    True
+    """
+    return frozenset(op for r in OP_RULES if r.rule == rule and r.when is None for op in r.ops)
+
+
+def conditions(rule):
+    """``{op: [(attribute, values), ...]}`` of the rows that give ``rule`` under a condition."""
+    found = {}
+    for r in OP_RULES:
+        if r.rule == rule and r.when is not None:
+            for op in r.ops:
+                found.setdefault(op, []).append(r.when)
+    return found
+
+
+def applies(rule, node):
+    """Whether ``rule`` applies to graph node ``node`` (a dict of the graph's JSON).
+
+    Examples
+    --------
+    >>> applies('grid', {'op': 'Pooling', 'attrs': {'pool_type': 'max'}})
+    True
+    >>> applies('grid', {'op': 'Pooling', 'attrs': {'pool_type': 'avg'}})
+    False
+    """
+    op = node["op"]
+    for r in OP_RULES:
+        if r.rule == rule and op in r.ops:
+            if r.when is None or node.get("attrs", {}).get(r.when[0]) in r.when[1]:
+                return True
+    return False
+
+
+def index_inputs():
+    """``{op: input positions}`` of the ``index`` rows."""
+    found = {}
+    for r in OP_RULES:
+        if r.rule == "index":
+            for op in r.ops:
+                found[op] = tuple(sorted(set(found.get(op, ())) | set(r.inputs)))
+    return found
+
+
+#: The named views of the table the modules read (computed once, at import).
+NORM_OPS = ops_with("norm")
+NORM_OPS_WITH_FLOAT16_DATA = ops_with("float16_data")
+FLOAT32_OPS = ops_with("float32")
+GEMM_OPS = ops_with("gemm")
+DTYPE_ATTR_OPS = ops_with("dtype_attr")
+INDEX_INPUTS = index_inputs()
+WIDEST_TYPE_OPS = ops_with("widest")
+GRID_PRESERVING_OPS = ops_with("grid")
+EXACT_CONSTANT_OPS = ops_with("constant")
 
 #: Ops MXNet's AMP bfloat16 pass knows (any of its lists); an op it does not know keeps whatever dtype
 #: reaches it, and MXNet 1.9.1's CPU kernels of such ops (the interleaved attention matmuls) are
@@ -57,42 +219,6 @@ BFLOAT16_LISTED_OPS = frozenset(
 #: GEMMs outside its bfloat16 list (batch_dot and dot are "widest type" ops there, but their CPU
 #: kernels are float32-only: "dot only supports float32/float64 for CPU").
 BFLOAT16_FLOAT32_GEMMS = GEMM_OPS - frozenset(_bf16_lists.BF16_FUNCS)
-
-#: Ops whose output dtype is their ``dtype`` attribute, float32 when it is unset, not their input's:
-#: a float16 graph sets it (a float16 Embedding has a float16 weight and output).
-DTYPE_ATTR_OPS = frozenset({"Embedding", "_contrib_SparseEmbedding", "one_hot"})
-
-#: Inputs that hold integer indices, by op and input position: casting them to float16 would round
-#: indices above 2048.
-INDEX_INPUTS = {
-    "Embedding": (0,), "take": (1,), "pick": (1,), "one_hot": (0,), "gather_nd": (1,),
-    "SequenceMask": (1,), "SequenceLast": (1,), "SequenceReverse": (1,),
-    "SoftmaxOutput": (1,), "SVMOutput": (1,), "softmax_cross_entropy": (1,),
-    # softmax(data, length, use_length=True): the valid lengths of GluonNLP's attention masks.
-    "softmax": (1,), "log_softmax": (1,), "masked_softmax": (1,), "masked_log_softmax": (1,),
-}
-
-#: Ops whose output is on the float16 grid whenever their inputs are (they select or move values and
-#: never compute new ones), so emulation need not round their output again.
-GRID_PRESERVING_OPS = frozenset({
-    "relu", "Flatten", "flatten", "Reshape", "reshape", "transpose", "expand_dims", "squeeze",
-    "SliceChannel", "split", "slice", "slice_axis", "Concat", "concat", "_copy", "identity",
-    "max", "min", "_maximum", "_minimum", "broadcast_maximum", "broadcast_minimum", "SwapAxis",
-    "swapaxes", "tile", "repeat", "Crop", "Pad", "pad", "reverse", "_contrib_BilinearResize2D_none",
-    "_rnn_param_concat", "stack", "SequenceReverse", "SequenceLast", "take", "pick", "Embedding",
-    "broadcast_to", "broadcast_like", "broadcast_axis", "slice_like",
-})
-
-#: Ops without inputs that create values exactly representable in float16 and bfloat16 (zeros and
-#: ones): recurrent begin states and masks.  They can be created in the dtype their consumers need,
-#: instead of being created float32 and cast.
-EXACT_CONSTANT_OPS = frozenset({"_zeros", "_ones", "_zeros_without_dtype"})
-
-#: Ops that produce the float16 grid only with some attribute values (op -> (attribute, values)).
-CONDITIONAL_GRID_PRESERVING_OPS = {
-    "Activation": ("act_type", ("relu",)),
-    "Pooling": ("pool_type", ("max",)),
-}
 
 
 def check_mode(mode):

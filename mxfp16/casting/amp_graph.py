@@ -1,0 +1,121 @@
+"""The casting of MXNet's AMP pass (``mode='amp'`` and bfloat16), with mxfp16's rules applied
+before it: float32 after the last GEMM (post-processing: box decoding, NMS, losses), float32 where
+MXNet 1.9.1 has no bfloat16 CPU kernel, and one dtype for the inputs of multi-input ops (MXNet AMP's
+widest-type rule, which its bfloat16 lists leave out for Concat).
+"""
+from mxnet.contrib import amp
+from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
+
+from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
+from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
+                    INDEX_INPUTS, WIDEST_TYPE_OPS)
+
+#: Ops the tail rule leaves alone: GEMMs, and lookups whose weight dtype is theirs (a float16
+#: Embedding's table is float16, wherever it sits).
+KEPT_OPS = GEMM_OPS | DTYPE_ATTR_OPS
+
+#: Dtypes a float32 cast applies to (None: not inferred, as a parameter of deferred shape).
+_FLOATS = (None, "float16", "float32", "bfloat16")
+
+
+def float32_tail(rw):
+    """Old ids of the ops that run in float32 because no GEMM reads their value: what follows
+    the network's last matrix multiply (box decoding, anchors, NMS, scores, in-network losses,
+    the final upsampling of segmentation logits), where float16 buys no Tensor Core work and a
+    box coordinate above 2048 would move by 2 px or more.  Index inputs and box coordinates
+    (ROIAlign's rois) do not count as reading."""
+    feeds = feeding(rw, GEMM_OPS, INDEX_INPUTS)
+    return {old_id for old_id, node in enumerate(rw.old_nodes)
+            if node["op"] != "null" and node["inputs"] and node["op"] not in KEPT_OPS
+            and old_id not in feeds and node["op"] not in ("Cast", "amp_cast")}
+
+
+def _entry_dtype(rw, types, old_entry):
+    """The dtype of an old entry in ``types`` (:func:`internal_dtypes` of the graph), or None."""
+    node = rw.old_nodes[old_entry[0]]
+    if node["op"] == "null":
+        return types.get(node["name"])
+    name, index = node["name"], old_entry[1]
+    return types.get(f"{name}_output{index}", types.get(f"{name}_output") if index == 0 else None)
+
+
+def _float32_inputs(sym, wanted, data_names):
+    """Cast to float32 the float inputs of the nodes ``wanted(rw) -> old ids`` selects (not their
+    index inputs, nor integer values: shapes, top-k indices)."""
+    rw = GraphRewriter(sym)
+    chosen = wanted(rw)
+    types = internal_dtypes(sym, data_names) if chosen else {}
+    for old_id, node in rw.nodes_in_order():
+        if old_id not in chosen:
+            rw.copy(old_id, node)
+            continue
+        skip = INDEX_INPUTS.get(node["op"], ())
+        inputs = [rw.input_entry(e) if i in skip or _entry_dtype(rw, types, e) not in _FLOATS
+                  else rw.cast(rw.input_entry(e), "float32") for i, e in enumerate(node["inputs"])]
+        rw.emit(node, inputs, old_id)
+    return rw.to_symbol(rw.heads())
+
+
+def _mark_new_casts(sym, before):
+    """Mark the cast nodes AMP inserted (names not in ``before``) so a later cast can drop them."""
+    rw = GraphRewriter(sym, drop_inserted=False)
+    for old_id, node in rw.nodes_in_order():
+        if node["op"] in ("amp_cast", "amp_multicast") and node["name"] not in before:
+            node = dict(node, attrs=dict(node.get("attrs", {}), **{MARK: "amp"}))
+        rw.copy(old_id, node)
+    return rw.to_symbol(rw.heads())
+
+
+def _outputs_to_float32(sym, data_names):
+    """Cast every output that is not float32 (as inferred with float32 data) to float32."""
+    types = internal_dtypes(sym, data_names)
+    rw = GraphRewriter(sym, drop_inserted=False)
+    for old_id, node in rw.nodes_in_order():
+        rw.copy(old_id, node)
+    heads = [rw.cast(h, "float32") if types.get(name, "float32") != "float32" else h
+             for h, name in zip(rw.heads(), sym.list_outputs())]
+    return rw.to_symbol(heads)
+
+
+def _lacks_bfloat16_kernel(op):
+    """Whether MXNet 1.9.1 cannot run ``op`` in bfloat16 on a CPU although AMP may leave it so."""
+    return op in BFLOAT16_FLOAT32_GEMMS or (
+        op not in BFLOAT16_LISTED_OPS and op not in ("amp_cast", "amp_multicast", "Cast"))
+
+
+def _no_bfloat16_kernel(rw):
+    """Ops without a bfloat16 CPU kernel (batch_dot, dot, the interleaved attention matmuls):
+    AMP's bfloat16 pass would leave them bfloat16 (widest-type rule) or fail its own type
+    inference (ops in none of its lists)."""
+    return {old_id for old_id, node in enumerate(rw.old_nodes)
+            if node["op"] != "null" and _lacks_bfloat16_kernel(node["op"])}
+
+
+def _mixed_multi_input(rw):
+    """Multi-input ops AMP's bfloat16 pass runs in whatever dtype reaches them (Concat) whose
+    inputs may differ (one float32 from an op without a bfloat16 kernel, as YOLOv3's upsampling
+    ``repeat``): they read float32, MXNet AMP's widest-type rule for float16."""
+    float32 = {old_id for old_id, node in enumerate(rw.old_nodes)
+               if node["op"] == "null" or _lacks_bfloat16_kernel(node["op"])
+               or node["op"] in _bf16_lists.FP32_FUNCS or node_dtype(node) == "float32"}
+    follows = set(_bf16_lists.BF16_FP32_FUNCS) | set(_bf16_lists.WIDEST_TYPE_CASTS)
+    chosen = set()
+    for old_id, node in enumerate(rw.old_nodes):
+        if node["op"] in follows and any(e[0] in float32 for e in node["inputs"]):
+            float32.add(old_id)  # its output is float32 in turn
+            if node["op"] in WIDEST_TYPE_OPS and len(node["inputs"]) > 1:
+                chosen.add(old_id)
+    return chosen
+
+
+def cast_with_amp(sym, dtype, data_names):
+    """MXNet's AMP pass with its own op lists, after mxfp16's rules (see the module docstring);
+    outputs come back as float32."""
+    plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
+    if dtype == "bfloat16":
+        plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
+        plain = _float32_inputs(plain, _mixed_multi_input, data_names)
+    before = {node["name"] for node in GraphRewriter(plain).old_nodes}
+    converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
+                                   cast_optional_params=(dtype == "float16"))
+    return _outputs_to_float32(_mark_new_casts(converted, before), data_names)
