@@ -32,7 +32,7 @@ import mxnet as mx
 import numpy as np
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, mean_std, parse_config, parse_dtypes, publish,
-                          require_positive)
+                          require_positive, write_results)
 from bench_detection import (DETECTORS, build, detection_data, loss_function, mean_ap, prepare,
                              short_error, targets, train_step)
 
@@ -46,6 +46,7 @@ class Config:
     detectors: tuple
     dtypes: tuple
     seeds: int
+    first_seed: int
     steps: int
     batch_size: int
     size: int
@@ -134,6 +135,8 @@ def get_args_parser():
              f"(default: {','.join(DEFAULT_DETECTORS)})")
     add("--dtypes", default=",".join(DTYPES), help="comma-separated (default: all three)")
     add("--seeds", type=int, default=3, help="seeds per detector and dtype (default: 3)")
+    add("--first-seed", type=int, default=0,
+        help="the seeds are first-seed, first-seed + 1, ... (default: 0)")
     add("--steps", type=int, default=400, help="training steps per run (default: 400)")
     add("--batch-size", type=int, default=16, help="images per step (default: 16)")
     add("--size", type=int, default=128, help="image side in pixels (default: 128)")
@@ -172,15 +175,22 @@ def main(argv=None):
     runs = []
     for detector in config.detectors:
         batch_targets = targets(detector, build(detector, config.size, 0), labels, config.size)
-        for seed in range(config.seeds):
+        for seed in range(config.first_seed, config.first_seed + config.seeds):
             for dtype in config.dtypes:
                 runs.append(run_one(detector, dtype, seed, config, data, batch_targets))
                 print(runs[-1], flush=True)
+                # the results so far, so that an interrupted run keeps what it measured
+                write_results(config.out_dir, NAME, *result_files(runs, config, argv))
+    publish(config.out_dir, NAME, *result_files(runs, config, argv))
+    return 0
+
+
+def result_files(runs, config, argv):
+    """The Markdown text and the JSON record of ``runs``."""
     summary = summarize(runs, config)
     record = {"benchmark": NAME, "command": command_line(NAME, argv), "machine": machine_info(),
               "config": asdict(config), "summary": summary, "runs": runs}
-    publish(config.out_dir, NAME, header_lines(record) + markdown(summary), record)
-    return 0
+    return header_lines(record) + markdown(summary), record
 
 
 if __name__ == "__main__":

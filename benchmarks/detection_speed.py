@@ -112,14 +112,17 @@ def time_interleaved(steps, config):
     return times
 
 
-def count_casts(sym):
+def cast_nodes(sym):
+    """``(op, input names)`` of every cast node of ``sym``; ``amp_multicast`` casts several."""
     # tojson() hides amp_cast nodes unless told not to.
-    ops = [node["op"] for node in json.loads(sym.tojson(remove_amp_cast=False))["nodes"]]
-    return sum(op in CAST_OPS for op in ops)
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    return [(node["op"], [nodes[entry[0]]["name"] for entry in node["inputs"]])
+            for node in nodes if node["op"] in CAST_OPS]
 
 
 def cast_counts(detector, config):
-    """Cast nodes inserted in the float16 training-mode graph: mxfp16's GPU graph and AMP's."""
+    """Casts inserted in the float16 training-mode graph by mxfp16 (its GPU graph) and by AMP:
+    nodes, tensors converted (an ``amp_multicast`` node converts several) and the tensors cast."""
     (images, labels), _ = detection_data(config.batch_size, 1, config.size)
     net = build(detector, config.size, 0)
     inputs = [mx.nd.array(images)]
@@ -130,7 +133,7 @@ def cast_counts(detector, config):
         net(*inputs)
     variables, sym = net._cached_graph  # what convert_hybrid_block converts
     names = [variable.name for variable in variables]
-    own = count_casts(sym)
+    own = len(cast_nodes(sym))
     result = {}
     for name, convert in (
             ("mxfp16_gpu_graph", lambda: mxfp16.cast_symbol(sym, "float16", emulate=False,
@@ -139,9 +142,13 @@ def cast_counts(detector, config):
                 net, target_dtype="float16", ctx=mx.cpu(),
                 cast_optional_params=True)._cached_graph[1])):
         try:
-            result[name] = count_casts(convert()) - own
+            nodes = cast_nodes(convert())
         except Exception as error:  # a graph that does not convert is a result
-            result[name] = short_error(error)
+            result[name] = {"error": short_error(error)}
+            continue
+        result[name] = {"nodes": len(nodes) - own,
+                        "tensors": sum(len(inputs) for _, inputs in nodes) - own,
+                        "cast_inputs": [inputs for _, inputs in nodes]}
     return result
 
 
@@ -207,8 +214,10 @@ def markdown(results, config):
              for result in results for r in result["rows"]]
     text = markdown_table(["detector", "dtype", "median step ms", "speed-up over float32",
                            "per round", "issue 20"], speed)
-    casts = [[result["detector"], result["casts"]["mxfp16_gpu_graph"],
-              result["casts"]["mxnet_amp"]] for result in results]
+    casts = [[result["detector"]] + [
+        f"{c['nodes']} nodes, {c['tensors']} tensors" if "nodes" in c else f"`{c['error']}`"
+        for c in (result["casts"]["mxfp16_gpu_graph"], result["casts"]["mxnet_amp"])]
+        for result in results]
     text += "\nCasts inserted in the float16 training graph (each runs forward and backward):\n\n"
     text += markdown_table(["detector", "mxfp16 GPU graph", "MXNet AMP convert_hybrid_block"],
                            casts)
