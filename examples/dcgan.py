@@ -1,7 +1,7 @@
 """Train a DCGAN in float16 (or bfloat16) with mxfp16: two networks, two mxfp16.Trainers.
 
 The images are scikit-learn's handwritten digits (8x8, 1797 of them, shipped with scikit-learn: no
-download).  Generator (upsampling by resize-convolution) and discriminator are cast with
+download).  Generator (transposed convolutions, as in DCGAN) and discriminator are cast with
 ``mxfp16.cast_block``; each has its own
 ``mxfp16.Trainer`` with dynamic loss scaling, or, with ``--shared-scaler``, one
 ``DynamicLossScaler`` serves both, as PyTorch's GradScaler serves several optimizers.
@@ -24,21 +24,24 @@ import mxfp16
 from common import check_positive, devices, make_parser, run
 
 
-def generator(ngf):
-    """Latent (N, nz) -> 4x4 -> 8x8 images in [-1, 1], upsampling by resize-convolution.
+def generator(ngf, latent_size):
+    """Latent (N, nz) -> 4x4 -> 8x8 images in [-1, 1], by transposed convolutions (DCGAN).
 
-    DCGAN's transposed convolutions are replaced by nearest-neighbour upsampling and a 3x3
-    Conv2D (Odena et al. 2016): MXNet 1.9.1's CPU (oneDNN) Deconvolution crashes in backward when
-    its weight comes out of another op, as the Cast of float16 emulation and bfloat16 makes it, and
-    fails with one output channel even in float32; ``MXNET_MKLDNN_ENABLED=0`` avoids both.
+    They train on a CPU in float16 and bfloat16 with oneDNN on: mxfp16 runs each cast
+    ``Conv2DTranspose`` as the equivalent ``Convolution`` (see the guide, transposed
+    convolutions); ``in_channels`` makes the weights' shapes known when the network is cast, which
+    the faster of its two forms needs.  The image comes out of a 3x3 ``Conv2D``: MXNet 1.9.1's oneDNN
+    ``Deconvolution`` with one output channel and 16 or more input channels fails in float32 too
+    ("could not create a primitive descriptor for a reorder primitive").
     """
     net = nn.HybridSequential(prefix="gen_")
     with net.name_scope():
-        net.add(nn.Dense(ngf * 2 * 4 * 4, use_bias=False),
-                nn.HybridLambda(lambda F, x: F.reshape(x, (0, -1, 4, 4))),
+        net.add(nn.HybridLambda(lambda F, x: F.reshape(x, (0, -1, 1, 1))),
+                nn.Conv2DTranspose(ngf * 2, 4, 1, 0, use_bias=False, in_channels=latent_size),
                 nn.BatchNorm(), nn.Activation("relu"),
-                nn.HybridLambda(lambda F, x: F.UpSampling(x, scale=2, sample_type="nearest")),
-                nn.Conv2D(ngf, 3, 1, 1, use_bias=False), nn.BatchNorm(), nn.Activation("relu"),
+                nn.Conv2DTranspose(ngf, 4, 2, 1, use_bias=False, in_channels=ngf * 2),
+                nn.BatchNorm(),
+                nn.Activation("relu"),
                 nn.Conv2D(1, 3, 1, 1), nn.Activation("tanh"))
     return net
 
@@ -113,7 +116,7 @@ def main(argv=None):
     data = gluon.data.DataLoader(gluon.data.ArrayDataset(images), batch_size=args.batch_size,
                                  shuffle=True, last_batch="discard")
 
-    gen, disc = generator(args.ngf), discriminator(args.ndf)
+    gen, disc = generator(args.ngf, args.latent_size), discriminator(args.ndf)
     for net in (gen, disc):
         net.initialize(mx.init.Normal(0.02), ctx=ctx)
         net.hybridize()

@@ -8,6 +8,11 @@ gradients.  The vocabulary is padded to a multiple of 8 so the output layer runs
     python examples/lstm_language_model.py --dtype float16
     python examples/lstm_language_model.py --dtype float16 --gpus 0 --hidden-size 1024 --num-epochs 20
 
+``--export PREFIX`` writes the trained model for deployment (``mxfp16.export``: the float32 graph
+with the float32 master weights, and the float16 GPU graph; both also as ONNX files when onnx<1.19
+is installed) and evaluates the float32 files reloaded as plain MXNet does, in float32 and cast to
+float16.
+
 It ends with one line: ``lstm_language_model: dtype=float16 epochs=... train_loss=... val_ppl=...``.
 """
 import math
@@ -19,6 +24,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 import mxfp16
+from mxfp16 import onnx_export
 from common import UsageError, check_positive, devices, make_parser, run, stdlib_docstrings
 
 
@@ -47,6 +53,9 @@ def get_args_parser():
     add("--num-layers", type=int, default=1, help="LSTM layers (default: 1)")
     add("--dropout", type=float, default=0.0, help="dropout between LSTM layers (default: 0)")
     add("--clip", type=float, default=1.0, help="gradient global-norm clip (default: 1)")
+    add("--export", default="", help="after training, write PREFIX-symbol.json + PREFIX-0000.params "
+        "(float32, plain MXNet) and PREFIX-float16-... (the float16 GPU graph) with mxfp16.export, "
+        "and evaluate the float32 files reloaded, in float32 and in float16 (default: none)")
     return parser
 
 
@@ -102,6 +111,35 @@ def evaluate(net, loss_fn, batches, ctx):
     return total / max(count, 1)
 
 
+def export_and_reload(net, prefix, loss_fn, val_batches, ctx):
+    """Export the trained network, reload the float32 files as plain MXNet does, and evaluate them
+    in float32 and cast to float16 (emulated on a CPU); write the float16 GPU graph from that cast.
+    Returns the line the example prints."""
+    symbol_file, params_file = mxfp16.export(net, prefix)  # float32 graph, float32 master weights
+    plain = gluon.SymbolBlock.imports(symbol_file, ["data"], params_file, ctx=ctx[0])
+    ppl32 = math.exp(evaluate(plain, loss_fn, val_batches(), ctx))
+    net16 = mxfp16.cast_block(plain, "float16")
+    ppl16 = math.exp(evaluate(net16, loss_fn, val_batches(), ctx))
+    files16 = mxfp16.export(net16, prefix + "-float16", dtype="float16")  # the GPU graph
+    where = " (emulated on CPU)" if mx.context.num_gpus() == 0 else ""
+    return (f"export: {symbol_file} val_ppl={ppl32:.2f} reloaded; float16{where} "
+            f"val_ppl={ppl16:.2f}; float16 GPU graph {files16[0]}; "
+            + export_onnx((symbol_file, params_file), files16, prefix, next(val_batches())[0].shape))
+
+
+def export_onnx(files32, files16, prefix, input_shape):
+    """Both graphs as ONNX files (no BatchNorm here, so float16 exports too), checked by
+    ``onnx.checker``; a note instead when onnx is not installed."""
+    try:
+        onnx_export.import_onnx()
+    except RuntimeError as missing:
+        return f"onnx: not written ({missing})"
+    written = [onnx_export.export_onnx(mx.sym.load(symbol_file), mx.nd.load(params_file),
+                                       f"{prefix}{suffix}.onnx", input_shape)
+               for (symbol_file, params_file), suffix in ((files32, ""), (files16, "-float16"))]
+    return "onnx: " + ", ".join(written) + " (checker passed)"
+
+
 def main(argv=None):
     args = get_args_parser().parse_args(argv)
     check_positive(args, "num_epochs", "batch_size", "lr", "seq_len", "hidden_size", "clip")
@@ -134,6 +172,10 @@ def main(argv=None):
                             ctx)
         print(f"epoch {epoch}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, "
               f"val perplexity {math.exp(val_loss):.2f}, loss scale {trainer.loss_scale:g}")
+    if args.export:
+        print(export_and_reload(net, args.export, loss_fn,
+                                lambda: sequences(val_ids, args.seq_len, args.batch_size, False),
+                                ctx))
     print(f"lstm_language_model: dtype={args.dtype} epochs={args.num_epochs} vocab={vocab_size} "
           f"train_loss={train_loss:.3f} val_ppl={math.exp(val_loss):.2f} "
           f"loss_scale={trainer.loss_scale:g} skipped={trainer.num_skipped} "

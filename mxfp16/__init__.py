@@ -29,7 +29,9 @@ from .mxnet_import import import_core
 # still run to diagnose that; a user gets import_core's clear error instead of MXNet's traceback.
 # Module -> the public names it defines, as ``from .<module> import <names>`` did here.
 _EXPORTS = {
-    "casting": ("cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate"),
+    "clipping": ("clip_global_norm", "clip_grad_global_norm"),
+    "casting": ("cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate",
+                "export"),
     "loss_scaling": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
                      "make_loss_scaler"),
     "module": ("init_optimizer", "make_scaled_module", "module_step", "scale_loss_symbol"),
@@ -47,7 +49,8 @@ _ALSO_LOADED = ("grad_checks", "kvstore",
 __version__ = "0.1.0"
 
 __all__ = [
-    "cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate",
+    "cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate", "export",
+    "clip_global_norm", "clip_grad_global_norm",
     "LossScaler", "StaticLossScaler", "DynamicLossScaler", "LossScaleCollapse", "make_loss_scaler",
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",

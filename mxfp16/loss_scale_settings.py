@@ -149,8 +149,11 @@ def _is_positive(value):
         return False
 
 
-def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_SCALE):
-    """The largest power of two with ``max_abs * scale * headroom <= 65504``, within [1, max_scale].
+def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_SCALE,
+                         min_scale=1.0):
+    """The largest power of two with ``max_abs * scale * headroom <= 65504``, within
+    [min_scale, max_scale] (``min_scale`` below 1 for losses whose gradients overflow float16
+    unscaled, such as YOLOv3's summed objectness loss).
 
     The report's recommended static scale and the ``'auto'`` start of :class:`DynamicLossScaler`.
     1 when ``max_abs`` is inf or NaN (the gradients overflow at scale 1 already).
@@ -162,6 +165,9 @@ def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_
     headroom : float
         Factor kept between the largest scaled gradient and float16's maximum.
     max_scale : float
+        The largest scale returned.
+    min_scale : float
+        The smallest scale returned (1 by default: the report recommends no scale below 1).
 
     Returns
     -------
@@ -176,6 +182,8 @@ def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_
     --------
     >>> recommend_loss_scale(1.0), recommend_loss_scale(3.0), recommend_loss_scale(0.0)
     (4096.0, 2048.0, 16777216.0)
+    >>> recommend_loss_scale(1e5), recommend_loss_scale(1e5, min_scale=2.0 ** -24)
+    (1.0, 0.0625)
     """
     if not headroom >= 1:
         raise ValueError(f"headroom must be >= 1 (a factor below float16's maximum), "
@@ -185,4 +193,4 @@ def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_
     if not max_abs > 0 or max_abs * headroom * max_scale <= FLOAT16_MAX:
         return float(max_scale)
     exponent = math.frexp(FLOAT16_MAX / (headroom * max_abs))[1] - 1  # floor(log2), exactly
-    return float(min(max(2.0 ** exponent, 1.0), max_scale))
+    return float(min(max(2.0 ** exponent, min_scale), max_scale))

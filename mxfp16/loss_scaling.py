@@ -130,6 +130,11 @@ class LossScaler:
             self._pending[key] = _PendingStep(getattr(trainer, "scaled_with", None) or self._scale)
         return self._pending[key]
 
+    def is_unscaled(self, trainer):
+        """Whether :meth:`unscale` divided ``trainer``'s gradients of the step in progress."""
+        pending = self._pending.get(_trainer_key(trainer))
+        return pending is not None and pending.unscaled
+
     def discard_step(self, trainer):
         """Forget ``trainer``'s step in progress: its next backward starts a new one (a step that
         was aggregated or unscaled but never taken must not leak into the next)."""
@@ -373,7 +378,8 @@ class DynamicLossScaler(LossScaler):
         if not self.needs_start:
             raise RuntimeError("start_from() is for a scaler waiting for its 'auto' start, and "
                                f"this one is not ({self!r}): create it with init_scale='auto'")
-        start = recommend_loss_scale(max_abs / self._scale, max_scale=self.max_scale)
+        start = recommend_loss_scale(max_abs / self._scale, max_scale=self.max_scale,
+                                     min_scale=self.min_scale)
         self._scale = max(start, self.min_scale)
         self._start_pending = False
         return self._scale

@@ -58,6 +58,19 @@ def trainer_updates_on_kvstore(trainer):
     return bool(trainer._update_on_kvstore)
 
 
+def trainer_update_on_kvstore_setting(trainer):
+    """The ``update_on_kvstore`` a Trainer was created with (``trainer._kvstore_params``): True,
+    False, or None (Gluon decides when the kvstore is set up)."""
+    return trainer._kvstore_params.get("update_on_kvstore")
+
+
+def trainer_scale(trainer):
+    """The factor a Trainer's ``step`` multiplies ``1/batch_size`` by (``trainer._scale``: the
+    optimizer's initial ``rescale_grad``, divided by the number of ranks in Horovod's
+    DistributedTrainer); MXNet AMP's ``scale_loss`` divides it by the loss scale."""
+    return trainer._scale
+
+
 def trainer_updaters(trainer):
     """The per-device optimizer ``Updater`` objects of a Trainer that updates on the workers
     (``trainer._updaters``), which hold the optimizer state (the float32 master weights among it);
@@ -125,6 +138,12 @@ def module_param_names(module):
     group = current_module(module)._exec_group
     return [name for name, grads in zip(group.param_names, group.grad_arrays)
             if grads and grads[0] is not None]
+
+
+def bucketing_module_spec(module):
+    """``(sym_gen, default_bucket_key, context)`` of a ``BucketingModule`` (``module._sym_gen``,
+    ``._default_bucket_key``, ``._context``), which MXNet AMP's conversion reads too."""
+    return module._sym_gen, module._default_bucket_key, module._context
 
 
 def module_updater(module):
@@ -225,3 +244,9 @@ def wrap_deferred_initializer(param, wrap):
     init, ctx, default_init, data = param._deferred_init
     param._deferred_init = (init, ctx, wrap(default_init), data)
     return True
+
+
+def initialized_arrays(param):
+    """The arrays of an initialized Parameter, one per device (``param._data``); [] while it waits
+    for initialization or for its shape."""
+    return [] if param._data is None else list(param._data)

@@ -11,12 +11,21 @@ from mxnet import gluon
 from . import mxnet_internals
 from .dtypes import LOW_PRECISION_DTYPES, check_dtype
 from .kvstore import sync_if_horovod
+from .master_weights import (check_optimizer, keeps_master_weights, master_index, master_weight,
+                             multi_precision_optimizers)
 
-#: MXNet optimizers that keep a float32 master copy of float16 weights with ``multi_precision=True``
-#: (SGD, NAG, LARS through their own fused kernels; the others through the base Optimizer's
-#: master-copy path), each checked by tests/test_optimizers.py.  Left out: 'lamb', whose
-#: multi-precision kernel in MXNet 1.9.1 never writes its float32 copy back (updates below float16
-#: resolution are lost, as without multi_precision); 'ccsgd', a deprecated alias; 'test', a fixture.
+__all__ = ["MULTI_PRECISION_OPTIMIZERS", "MOMENTUM_OPTIMIZERS", "NO_WD_SUFFIXES", "check_optimizer",
+           "keeps_master_weights", "multi_precision_optimizers", "rescale_grad", "training_dtype",
+           "make_optimizer", "restore_multi_precision", "make_trainer", "check_updates_on_workers",
+           "master_weight", "master_copies", "adapt_states"]
+
+#: MXNet 1.9.1's own optimizers that keep a float32 master copy of float16 weights with
+#: ``multi_precision=True``, as :func:`keeps_master_weights` finds (SGD, NAG, LARS through their own
+#: fused kernels; the others through the base Optimizer's master-copy path); tests check each.  Not
+#: the gate: any registered optimizer that keeps master weights is accepted (GluonNLP's 'bertadam').
+#: Left out: 'lamb', whose multi-precision kernel in MXNet 1.9.1 never writes its float32 copy back
+#: (updates below float16 resolution are lost, as without multi_precision); 'ccsgd', a deprecated
+#: alias; 'test', a fixture.
 MULTI_PRECISION_OPTIMIZERS = (
     "sgd", "nag", "lars", "lbsgd", "signum", "adam", "nadam", "adamax", "adagrad",
     "groupadagrad", "adadelta", "rmsprop", "ftml", "ftrl", "dcasgd", "sgld",
@@ -28,16 +37,6 @@ MOMENTUM_OPTIMIZERS = ("sgd", "nag", "lars", "lbsgd", "signum", "dcasgd")
 #: Parameters left out of weight decay by ``no_wd`` (biases and BatchNorm's gamma and beta), as in
 #: GluonCV's recipe: decaying them only shrinks the scale the normalization restores.
 NO_WD_SUFFIXES = ("bias", "gamma", "beta")
-
-
-def check_optimizer(name):
-    """Return the lower-case optimizer name, or raise ``ValueError`` naming the supported ones."""
-    key = str(name).lower()
-    if key not in MULTI_PRECISION_OPTIMIZERS:
-        raise ValueError(f"unknown or unsupported optimizer {name!r}: mixed precision needs one "
-                         "with float32 master weights: "
-                         f"{', '.join(MULTI_PRECISION_OPTIMIZERS)}")
-    return key
 
 
 def rescale_grad(loss_scale=1.0, batch_size=None):
@@ -126,7 +125,7 @@ def _check_instance(optimizer, dtype, kwargs):
                          f"({type(optimizer).__name__}): set them on the object, or pass the "
                          "optimizer's name, as gluon.Trainer requires")
     if dtype in LOW_PRECISION_DTYPES:
-        check_optimizer(type(optimizer).__name__)
+        check_optimizer(type(optimizer).__name__, optimizer)
     _check_multi_precision(optimizer.multi_precision, dtype)
     return optimizer
 
@@ -137,8 +136,9 @@ def make_optimizer(name, dtype, loss_scale=1.0, batch_size=None, **kwargs):
     Parameters
     ----------
     name : str or mx.optimizer.Optimizer
-        One of :data:`MULTI_PRECISION_OPTIMIZERS` (``'sgd'``, ``'adam'``, ...) for float16 and
-        bfloat16; any MXNet optimizer for float32.  An Optimizer object is checked (its
+        For float16 and bfloat16, a registered optimizer that keeps float32 master weights
+        (:func:`keeps_master_weights`: ``'sgd'``, ``'adam'``, GluonNLP's ``'bertadam'``, ...);
+        any MXNet optimizer for float32.  An Optimizer object is checked (its
         ``multi_precision`` must fit ``dtype``) and returned as it is.
     dtype : {'float32', 'float16', 'bfloat16'}
         The training dtype.  float16 and bfloat16 get ``multi_precision=True``: the optimizer keeps
@@ -309,46 +309,6 @@ def check_updates_on_workers(trainer):
             "gluon.Trainer(..., update_on_kvstore=False)")
 
 
-def _master_index(optimizer):
-    """Where an optimizer's multi-precision state keeps the float32 master copy.
-
-    SGD, NAG and LARS override ``create_state_multi_precision`` and return ``(state, master)``;
-    the others inherit the base Optimizer's ``(master, state)``.
-    """
-    base = mx.optimizer.Optimizer.create_state_multi_precision
-    return 0 if type(optimizer).create_state_multi_precision is base else 1
-
-
-def master_weight(optimizer, state):
-    """The float32 master copy in the optimizer state of a float16 weight, or None.
-
-    Parameters
-    ----------
-    optimizer : mx.optimizer.Optimizer
-    state : object
-        ``create_state_multi_precision``'s output for a float16 weight (None before the first
-        update).
-
-    Returns
-    -------
-    NDArray or None
-
-    Examples
-    --------
-    >>> import mxnet as mx
-    >>> opt = make_optimizer('sgd', 'float16', momentum=0.9)
-    >>> weight = mx.nd.full((2,), 0.1, dtype='float16')
-    >>> master_weight(opt, opt.create_state_multi_precision(0, weight)).dtype.__name__
-    'float32'
-    """
-    if not (getattr(optimizer, "multi_precision", False) and isinstance(state, (tuple, list))
-            and len(state) == 2):
-        return None
-    master = state[_master_index(optimizer)]
-    ok = isinstance(master, mx.nd.NDArray) and master.dtype == np.float32
-    return master if ok else None
-
-
 def master_copies(param):
     """The float32 master copies of a float16 Parameter held by its Trainer's optimizer.
 
@@ -400,7 +360,7 @@ def _adapted_state(optimizer, index, state, weight):
     """``state`` made to fit ``weight``'s dtype: a float32 master copy added or dropped."""
     probe = mx.nd.zeros((1,) * len(weight.shape), dtype="float32")
     plain = _structure(optimizer.create_state(index, probe))
-    at = _master_index(optimizer)
+    at = master_index(optimizer)
     if weight.dtype == np.float16 and optimizer.multi_precision and _structure(state) == plain:
         master = weight.astype("float32")
         return (master, state) if at == 0 else (state, master)

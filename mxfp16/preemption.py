@@ -1,4 +1,4 @@
-"""Stopping a training loop cleanly on SIGTERM and SIGINT: :class:`StopRequest`.
+"""Stopping a training loop cleanly on SIGTERM, SIGINT and SIGHUP: :class:`StopRequest`.
 
 Spot and preemptible instances, Kubernetes and SLURM end a job with SIGTERM and a grace period
 (30 s to 2 min) before SIGKILL; a person presses Ctrl-C (SIGINT).  Python's defaults end the process
@@ -6,26 +6,38 @@ at once (SIGTERM) or raise ``KeyboardInterrupt`` wherever the program is (SIGINT
 step or of a checkpoint write.  While a :class:`StopRequest` is active a signal only sets a flag;
 the loop reads it between steps, saves, and exits with the code a shell gives a process killed by
 that signal (128 + its number: 143 for SIGTERM, 130 for SIGINT), so schedulers and shells see what
-happened.
+happened.  SIGHUP (the terminal closed, an ``ssh`` session dropped) is treated like SIGTERM: the run
+saves and exits 129.
+
+A process forked while the handler is installed (a data-loading worker that a pool respawns)
+inherits it; there a stop signal is not the run's to handle: the child exits quietly on SIGTERM and
+SIGHUP, as with the default action, and ignores SIGINT (a Ctrl-C reaches the whole process group;
+the run stops its workers itself).
 
 A second SIGINT (Ctrl-C pressed again, say while the checkpoint is being written) raises
 ``KeyboardInterrupt`` at once: the impatient user gets the prompt back, and an interrupted save,
 which is atomic, leaves the previous checkpoint intact.  A second SIGTERM only repeats the request
 (schedulers send SIGKILL when they stop waiting).
 """
+import os
 import signal
 import threading
 
 __all__ = ["StopRequest"]
 
 
+#: The signals that ask a run to stop.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class StopRequest:
-    """A context manager under which SIGTERM and SIGINT ask the loop to stop instead of killing it.
+    """A context manager under which SIGTERM, SIGINT and SIGHUP ask the loop to stop instead of
+    killing it.
 
     Parameters
     ----------
     signals : tuple of signal.Signals
-        The signals to catch (default SIGTERM and SIGINT).
+        The signals to catch (default :data:`STOP_SIGNALS`: SIGTERM, SIGINT and SIGHUP).
 
     Notes
     -----
@@ -45,12 +57,14 @@ class StopRequest:
     (3, 'SIGTERM', 143)
     """
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+    def __init__(self, signals=STOP_SIGNALS):
         self._signals = tuple(signals)
         self._previous = {}
         self._signum = None
+        self._pid = os.getpid()
 
     def __enter__(self):
+        self._pid = os.getpid()
         if threading.current_thread() is threading.main_thread():
             for signum in self._signals:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -62,6 +76,11 @@ class StopRequest:
         self._previous = {}
 
     def _handle(self, signum, frame):
+        if os.getpid() != self._pid:  # a forked child (a data worker): not the run's signal
+            if signum != signal.SIGINT:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            return
         if signum == signal.SIGINT and self._signum is not None:
             raise KeyboardInterrupt("second SIGINT: stopped at once")
         if self._signum is None:

@@ -152,6 +152,15 @@ class Trainer(gluon.Trainer):
         """Skipped steps in a row, up to the last one."""
         return self.scaler.consecutive_skips
 
+    @property
+    def holds_scaled_gradients(self):
+        """Whether the gradients are multiplied by the loss scale now: after :meth:`backward`,
+        until :meth:`allreduce_grads` divides it out or the step ends (:meth:`clip_global_norm`
+        clips them scaled).  Not after a backward at scale 1 (the ``'auto'`` start, or a loss that
+        ignores its head gradient).  Clipping helpers that measure a norm refuse them."""
+        return (self.scaler.enabled and self._loss_scaled and self.scaled_with != 1.0
+                and not self.scaler.is_unscaled(self))
+
     def scale(self, loss):
         """The loss (an NDArray or a list) times the loss scale, for code that calls ``backward``
         itself (inside ``autograd.record()``); :meth:`backward` does both.

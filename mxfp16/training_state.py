@@ -9,14 +9,21 @@ Trainers (a GAN's two), as ``PREFIX-SSSSSSSS`` (the step, 8 digits):
 
 * ``PREFIX-00000120.net0.params``, ``.net1.params``, ...: each network's parameters in float32
   (``block.save_parameters``; a :func:`mxfp16.cast_block` network writes its master weights);
-* ``PREFIX-00000120.trainer0.states``, ...: each Trainer's ``save_states``;
+* ``PREFIX-00000120.trainer0.states``, ...: each Trainer's optimizer state (and an
+  :class:`mxfp16.Trainer`'s loss scaler) as arrays plus JSON, never a pickle
+  (:func:`mxfp16.optimizer_states.save_trainer_states`): reading it cannot run code;
 * ``PREFIX-00000120.json``: the step, your ``extra`` values (epoch, batch, metrics: anything
-  JSON-ready), Python's and numpy's global random states, and the other files' sizes.
+  JSON-ready), Python's and numpy's global random states, and the other files' sizes and SHA-256.
 
 Each file is written to a temporary name, flushed to disk and renamed, the JSON file last: a state
 exists once its JSON file does and its files have the sizes it records, so a write cut short by a
 kill or a crash is never taken for a complete state, and :func:`latest_training_state` passes over
-it.  The newest ``keep`` states are kept, older ones deleted after the new one is complete.
+it.  Loading recomputes the checksums: a state whose files changed after the save (same size or
+not) is passed over by :func:`latest_training_state`, and named in the error when asked for by
+name; parameters that are not finite are refused, naming the parameter.  The newest ``keep``
+states are kept, older ones deleted after the new one is complete; temporary files that a killed
+write left (their writer's process is gone) are removed at the next save.  A state saved before checksums
+loads with a warning; its pickled ``.states`` files only with ``allow_pickle=True``.
 
 MXNet's own random generators (dropout, ``mx.nd.random``) cannot be read back; call
 :func:`seed_step` at the start of every step to make each step's draws depend on ``(seed, step)``
@@ -45,22 +52,30 @@ True
 >>> state.step, state.extra, (net2(x) == net(x)).min().asscalar()
 (1, {'epoch': 0}, 1.0)
 """
+import functools
 import glob
 import json
+import logging
 import os
 import random
 import re
 from dataclasses import dataclass
 
+import mxnet as mx
 import numpy as np
 
 from .atomic_files import StagedFiles
+from .checkpoint_files import (damaged_files, non_finite_name, remove_stale_temporaries, seal,
+                               seal_broken)
+from .optimizer_states import PICKLE_RISK, is_pickle_file, load_trainer_states, save_trainer_states
 
 __all__ = ["TrainingState", "save_training_state", "load_training_state",
            "latest_training_state", "seed_step"]
 
 #: Written into every JSON file, checked when loading.
 STATE_FORMAT = "mxfp16-training-state"
+
+log = logging.getLogger("mxfp16")
 
 _STEP_SUFFIX = re.compile(r"^(?P<prefix>.+)-(?P<step>\d{8,})$")
 
@@ -94,7 +109,7 @@ def _files(name, num_nets, num_trainers):
 
 def _write_json(path, record):
     with open(path, "w") as out:
-        json.dump(record, out, indent=1, sort_keys=True)
+        json.dump(seal(record), out, indent=1, sort_keys=True)
 
 
 def _random_states():
@@ -135,13 +150,15 @@ def save_training_state(prefix, step, nets, trainers, extra=None, keep=2):
     """
     nets, trainers = _as_list(nets), _as_list(trainers)
     name = "%s-%08d" % (prefix, step)
-    writers = [net.save_parameters for net in nets] + [t.save_states for t in trainers]
+    writers = [net.save_parameters for net in nets] + \
+        [functools.partial(save_trainer_states, t) for t in trainers]
+    remove_stale_temporaries(prefix, dead_writers_only=True)  # of a write killed before
     with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
         for path, write in zip(_files(name, len(nets), len(trainers)), writers):
-            files.write(path, write)
+            files.write(path, write, verify=mx.nd.load)
         record = {"format": STATE_FORMAT, "step": step, "extra": extra or {},
                   "nets": len(nets), "trainers": len(trainers), "random": _random_states(),
-                  "files": files.sizes()}
+                  "files": files.sizes(), "sha256": files.digests()}
         files.write(f"{name}.json", lambda p: _write_json(p, record))
     for old in _saved_names(prefix)[:-keep] if keep else []:
         _remove(old)
@@ -173,27 +190,29 @@ def _problem(name):
         return f"{name}.json cannot be read ({error})"
     if not isinstance(record, dict) or record.get("format") != STATE_FORMAT:
         return f"{name}.json is not an mxfp16 training state"
-    for base, size in record.get("files", {}).items():
-        path = os.path.join(os.path.dirname(name), base)
-        actual = os.path.getsize(path) if os.path.isfile(path) else None
-        if actual != size:
-            return f"{path} {'is missing' if actual is None else f'has {actual} bytes, not {size}'}"
+    if seal_broken(record):
+        return f"{name}.json has other contents than when it was saved (SHA-256 differs)"
+    for path, why in damaged_files(os.path.dirname(name), record.get("files", {}),
+                                   record.get("sha256", {})):
+        return f"{path} {why}"
     return None
 
 
 def latest_training_state(prefix):
     """The newest complete state under ``prefix`` (``PREFIX-SSSSSSSS``), or None if there is none.
 
-    A state whose files are missing or shorter than its JSON file records (a write cut short) is
-    passed over.
+    A state whose files are missing, of another size or of other bytes than its JSON file records
+    (a write cut short, a damaged disk) is passed over, with one warning naming the file.
     """
     for name in reversed(_saved_names(prefix)):
-        if _problem(name) is None:
+        problem = _problem(name)
+        if problem is None:
             return name
+        log.warning("training state %s is passed over: %s", name, problem)
     return None
 
 
-def load_training_state(name_or_prefix, nets, trainers):
+def load_training_state(name_or_prefix, nets, trainers, allow_pickle=False):
     """Restore networks, Trainers and the random state from a state; return what else it holds.
 
     Parameters
@@ -203,6 +222,9 @@ def load_training_state(name_or_prefix, nets, trainers):
     nets, trainers
         The same networks and Trainers, in the same order, as given to
         :func:`save_training_state`, built as before (same code, same dtype).
+    allow_pickle : bool
+        Read pickled ``.states`` files (a state saved before mxfp16 stopped pickling): a pickle
+        can run any code when read, so only for files you trust.
 
     Returns
     -------
@@ -211,8 +233,9 @@ def load_training_state(name_or_prefix, nets, trainers):
     Raises
     ------
     ValueError
-        No (complete) state, another number of networks or Trainers, or parameters that do not
-        fit, each naming the file and the fix.
+        No (complete, intact) state, another number of networks or Trainers, parameters that do
+        not fit or are not finite, or a pickled state without ``allow_pickle``, each naming the
+        file and the fix.
     """
     nets, trainers = _as_list(nets), _as_list(trainers)
     name = name_or_prefix
@@ -224,25 +247,41 @@ def load_training_state(name_or_prefix, nets, trainers):
                              "prefix given to save_training_state")
     problem = _problem(name)
     if problem:
-        raise ValueError(f"training state {name!r} is incomplete: {problem}; load another one "
-                         f"(latest_training_state finds the newest complete one)")
+        raise ValueError(f"training state {name!r} is incomplete or damaged: {problem}; load "
+                         "another one (latest_training_state finds the newest intact one)")
     with open(f"{name}.json") as lines:
         record = json.load(lines)
+    if "sha256" not in record:
+        log.warning("training state %s was saved without checksums: loaded without verifying "
+                    "its files", name)
     if (record["nets"], record["trainers"]) != (len(nets), len(trainers)):
         raise ValueError(f"training state {name!r} holds {record['nets']} network(s) and "
                          f"{record['trainers']} Trainer(s), not {len(nets)} and {len(trainers)}: "
                          "pass the networks and Trainers that were saved, in the same order")
     files = _files(name, len(nets), len(trainers))
+    for path in files[len(nets):]:
+        if is_pickle_file(path) and not allow_pickle:
+            raise ValueError(f"{path} is a pickled optimizer state (saved before mxfp16 stopped "
+                             f"pickling): {PICKLE_RISK}; pass allow_pickle=True if you trust it")
     for net, path in zip(nets, files):
-        try:
-            net.load_parameters(path)
-        except (ValueError, AssertionError) as error:
-            raise ValueError(f"{path} does not fit the network: {' '.join(str(error).split())}; "
-                             "build the network as when it was saved") from None
+        _load_parameters(net, path)
     for trainer, path in zip(trainers, files[len(nets):]):
-        trainer.load_states(path)
+        load_trainer_states(trainer, path, allow_pickle=allow_pickle)
     _set_random_states(record["random"])
     return TrainingState(name, record["step"], record["extra"])
+
+
+def _load_parameters(net, path):
+    saved = mx.nd.load(path)
+    bad = non_finite_name(saved)
+    if bad is not None:
+        raise ValueError(f"{path} holds NaN or infinite values in parameter {bad!r}: it was saved "
+                         "after training diverged and cannot be trained on; load an earlier state")
+    try:
+        net.load_parameters(path)
+    except (ValueError, AssertionError) as error:
+        raise ValueError(f"{path} does not fit the network: {' '.join(str(error).split())}; "
+                         "build the network as when it was saved") from None
 
 
 def seed_step(seed, step):
@@ -258,7 +297,6 @@ def seed_step(seed, step):
     >>> (a == b).min().asscalar()
     1.0
     """
-    import mxnet as mx
     value = int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
     random.seed(value)
     np.random.seed(value)

@@ -168,6 +168,13 @@ def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark
     assert round_["seconds_to_exit"] > 0 and len(table_rows(markdown)) == 1 + 1 + 3  # 2 tables
 
 
+def test_checkpoint_format_quick_measures_both_formats(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("checkpoint_format"), tmp_path)
+    assert set(record["median_seconds"]) == {"pickle_write", "pickle_read", "ndarray_write",
+                                             "ndarray_read", "sha256", "read_back"}
+    assert record["bytes"]["ndarray"] > record["bytes"]["params"] and len(table_rows(markdown)) == 4
+
+
 def test_sequence_parity_quick(load_benchmark, tmp_path):
     module = load_benchmark("sequence_parity")
     record, markdown = run_quick(module, tmp_path)
@@ -287,6 +294,7 @@ def test_detection_speed_quick_counts_fewer_casts_than_amp(load_benchmark, tmp_p
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
     ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
     ("preemption", ["--signal-batch", "0"], "--signal-batch must be >= 1, got 0"),
+    ("checkpoint_format", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
     ("rnn_emulation_error", ["--seeds", "a"], "--seeds 'a': give integers"),
     ("sequence_parity", ["--tasks", "mnist"], "unknown task(s) ['mnist']"),
     ("lm_loss_scaling", ["--log2-factors", "4,x"], "integers in [-40, 0]"),
@@ -298,3 +306,24 @@ def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, me
     assert load_benchmark(name).main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_amp_ssd_quick_counts_casts_and_times_three_dtypes(load_benchmark, tmp_path):
+    module = load_benchmark("amp_ssd")
+    record, markdown = run_quick(module, tmp_path)
+    casts = list(record["casts"].values())
+    float32, mxnet_amp, ours = casts
+    assert float32["casts"] == 0
+    assert mxnet_amp["parameter_casts"] > 0 and ours["parameter_casts"] == 0  # float16 weights
+    assert ours["casts"] < mxnet_amp["casts"]
+    (round_,) = record["rounds"]  # --quick: one round
+    assert list(round_) == list(module.DTYPES)
+    assert len(table_rows(markdown)) == 3 + 1 + 3  # casts; the step-time header and rows
+
+
+def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
+    module = load_benchmark("transposed_conv_step")
+    record, markdown = run_quick(module, tmp_path)
+    assert [row["mode"] for row in record["summary"]] == [name for name, _, _ in module.MODES]
+    assert record["summary"][0]["over_float32"] == 1.0
+    assert len(table_rows(markdown)) == 5

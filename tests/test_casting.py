@@ -505,3 +505,22 @@ def test_deferred_parameters_start_from_float32s_values_rounded():
     assert values["float16"].dtype == np.float16
     np.testing.assert_array_equal(values["float16"].asnumpy(),
                                   values["float32"].asnumpy().astype(np.float16))
+
+
+def test_bfloat16_cast_after_an_inference_forward_trains():
+    """An inference-mode forward leaves oneDNN's depthwise-convolution weights in its blocked
+    layout; the bfloat16 graph's cast of them failed ('could not create a primitive descriptor
+    for a reorder primitive': GluonCV's MobileNet SSD evaluated, then cast)."""
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(16, 3, padding=1, in_channels=3), nn.BatchNorm(), nn.Activation("relu"),
+            nn.Conv2D(16, 3, padding=1, groups=16, in_channels=16), nn.GlobalAvgPool2D(),
+            nn.Dense(2))
+    net.initialize()
+    x = mx.nd.random.uniform(shape=(1, 3, 16, 16))
+    expected = net(x).asnumpy()
+    cast = mxfp16.cast_block(net, "bfloat16")
+    with autograd.record():
+        loss = cast(x).sum()
+    loss.backward()
+    assert np.isfinite(net[0].weight.grad().asnumpy()).all()
+    assert np.allclose(cast(x).asnumpy(), expected, rtol=0.05, atol=0.05)

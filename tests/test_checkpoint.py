@@ -10,9 +10,10 @@ from mxnet.gluon import nn
 
 import mxfp16
 from mxfp16.train import checkpoint
-from mxfp16.train.checkpoint import (CheckpointError, check_fits, checkpoint_paths, find_checkpoint,
-                               load_checkpoint, save_checkpoint, saved_epochs)
 from mxfp16.models import block_to_network
+from mxfp16.train.checkpoint import (CheckpointError, checkpoint_paths, find_checkpoint,
+                                     load_checkpoint, save_checkpoint, saved_epochs)
+from mxfp16.train.resume import check_fits
 
 
 def trained_state(dtype="float16", steps=2):
@@ -128,13 +129,17 @@ def test_truncated_or_foreign_files_are_reported_not_loaded(tmp_path):
         load_checkpoint(prefix)
 
 
-def test_checkpoints_without_scaler_state_still_load(tmp_path):
+def test_checkpoints_without_scaler_state_or_checksums_still_load_with_a_note(tmp_path, caplog):
     net, trainer, scaler = trained_state()
     paths = save(str(tmp_path / "r"), 1, net, trainer, scaler)
     meta = json.load(open(paths.meta))
-    del meta[mxfp16.LossScaler.state_dict_key]
+    for key in (mxfp16.LossScaler.state_dict_key, "sha256", "marker_sha256"):  # an old checkpoint
+        del meta[key]
     json.dump(meta, open(paths.meta, "w"))
     assert mxfp16.LossScaler.state_dict_key not in load_checkpoint(str(tmp_path / "r")).meta
+    assert [r.getMessage() for r in caplog.records if "checksums" in r.getMessage()] == [
+        f"checkpoint {tmp_path / 'r'}-0001 was saved without checksums (before mxfp16's checkpoint "
+        "version 2): loaded without verifying its files"]
 
 
 def test_check_fits_names_missing_unexpected_and_reshaped_parameters():

@@ -95,7 +95,8 @@ def test_gluoncv_resume_states_restores_the_momenta(tmp_path, monkeypatch, capsy
         loaded["num_update"] = trainer.optimizer.num_update
     load_gluoncv_states = loop.load_gluoncv_states
     monkeypatch.setattr(loop, "load_gluoncv_states", spy)
-    argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "2",
+    argv = SMALL + ["--allow-pickle", "--resume-params", params, "--resume-states", states,
+                    "--resume-epoch", "2",
                     "--num-epochs", "3", "--benchmark", "1", "--num-examples", "12",
                     "--batch-size", "4", "--dtype", dtype, "--optimizer", "sgd"]
     assert load_script_main("train_imagenet")(argv) == 0
@@ -143,7 +144,7 @@ def next_step_weights(tmp_path, load_states):
                    kvstore="device", optimizer="sgd", optimizer_params=settings)
     if load_states:
         load_gluoncv_states(api.trainer, states, tuple(sorted(net.collect_params().keys())),
-                            dtype="float32", master_values=network.arg_params)
+                            dtype="float32", master_values=network.arg_params, allow_pickle=True)
     gluoncv_step()
     api.train_step([data], [labels], 4)
     name = sorted(net.collect_params().keys())[4]  # conv0_weight
@@ -161,7 +162,8 @@ def test_the_step_after_gluoncv_resume_states_is_gluoncv_s_next_step(tmp_path):
 def test_gluoncv_states_are_matched_by_name_and_checked(tmp_path, capsys):
     assert reorder_states({0: "b", 1: "a"}, ("b", "a"), ["a", "b"], "x") == {1: "b", 0: "a"}
     params, states, _, _ = gluoncv_run(str(tmp_path), steps=1)
-    argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "1",
+    argv = SMALL + ["--allow-pickle", "--resume-params", params, "--resume-states", states,
+                    "--resume-epoch", "1",
                     "--benchmark", "1", "--num-examples", "8"] + SHORT[2:]
     main = load_script_main("train_imagenet")
     assert main(argv + ["--num-epochs", "2", "--optimizer", "nag"]) == 2
@@ -170,7 +172,8 @@ def test_gluoncv_states_are_matched_by_name_and_checked(tmp_path, capsys):
     assert "resume it with --api gluon" in error_of(capsys)
     assert main(argv + ["--num-epochs", "2", "--resume-states", str(tmp_path / "no.states")]) == 2
     assert "not found" in error_of(capsys)
-    assert main(SMALL + ["--resume-states", states, "--benchmark", "1", "--num-epochs", "2"]) == 2
+    assert main(SMALL + ["--resume-states", states, "--allow-pickle", "--benchmark", "1",
+                         "--num-epochs", "2"]) == 2
     assert "pass the parameter file saved with it too" in error_of(capsys)
 
 
@@ -199,7 +202,8 @@ def test_a_gluoncv_float16_run_resumed_in_float32_trains_its_master_weights(tmp_
         trained.update({structural(p.name): p.data().asnumpy() for p in trainer._params})
     load_gluoncv_states = loop.load_gluoncv_states
     monkeypatch.setattr(loop, "load_gluoncv_states", spy)
-    argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "1",
+    argv = SMALL + ["--allow-pickle", "--resume-params", params, "--resume-states", states,
+                    "--resume-epoch", "1",
                     "--num-epochs", "2", "--benchmark", "1", "--num-examples", "8"] + SHORT[2:]
     assert load_script_main("train_imagenet")(argv) == 0
     for i in float32_states:
@@ -208,7 +212,8 @@ def test_a_gluoncv_float16_run_resumed_in_float32_trains_its_master_weights(tmp_
 
 def test_gluoncv_nag_states_continue_with_nag_when_no_optimizer_is_given(tmp_path, capsys):
     params, states, _, _ = gluoncv_run(str(tmp_path), steps=1, optimizer="nag")  # GluonCV's
-    argv = SMALL + ["--resume-params", params, "--resume-states", states, "--resume-epoch", "1",
+    argv = SMALL + ["--allow-pickle", "--resume-params", params, "--resume-states", states,
+                    "--resume-epoch", "1",
                     "--num-epochs", "2", "--benchmark", "1", "--num-examples", "8"] + SHORT[2:]
     assert load_script_main("train_imagenet")(argv) == 0
     out = capsys.readouterr().out
@@ -219,13 +224,14 @@ def test_gluoncv_nag_states_continue_with_nag_when_no_optimizer_is_given(tmp_pat
 def test_num_data_workers_decodes_an_image_folder_in_worker_processes(tmp_path, monkeypatch,
                                                                        capsys):
     write_image_folder(str(tmp_path / "images"), images_per_class=4)
+    from mxfp16.train.data import folders
     workers = []
-    data_loader = gluon.data.DataLoader
+    data_loader = folders.WorkerLoader  # a gluon.data.DataLoader
 
     def spy(*args, **kwargs):
         workers.append(kwargs.get("num_workers"))
         return data_loader(*args, **kwargs)
-    monkeypatch.setattr(gluon.data, "DataLoader", spy)
+    monkeypatch.setattr(folders, "WorkerLoader", spy)
     argv = SMALL + ["--data-dir", str(tmp_path / "images"), "-j", "2", "--val-fraction", "0.25",
                     "--num-training-samples", "40"]  # the guide's GluonCV folder command
     assert load_script_main("train_imagenet")(argv + SHORT) == 0

@@ -5,11 +5,9 @@ type inference with float32 outputs and float16 GEMM weights.  The classes are d
 one is not missed: each is swept or excepted with its reason and the user's workaround.
 
 In bfloat16, RNN, LayerNorm, Dropout and Deconvolution run in float32 (MXNet AMP's bfloat16 pass
-lists them so), which is why the fused RNN layers and the norms pass here in bfloat16 too."""
+lists them so), which is why the fused RNN layers and the norms pass here in bfloat16 too.  All of
+it runs in this process with oneDNN on: transposed convolutions included."""
 import inspect
-import os
-import subprocess
-import sys
 
 import mxnet as mx
 import numpy as np
@@ -82,6 +80,12 @@ SWEEP = {
     "Conv1D": (lambda: nn.Conv1D(4, 3, in_channels=3), IMG1),
     "Conv2D": (lambda: nn.Conv2D(4, 3, in_channels=3), IMG2),
     "Conv3D": (lambda: nn.Conv3D(4, 3, in_channels=3), IMG3),
+    # Transposed convolutions train in-process with oneDNN on: emulation runs them as
+    # Convolutions, bfloat16 feeds them their float32 weight directly (mxfp16.casting.transposed).
+    "Conv1DTranspose": (lambda: nn.Conv1DTranspose(4, 3, in_channels=3), IMG1),
+    "Conv2DTranspose": (lambda: nn.Conv2DTranspose(4, 4, strides=2, padding=1, in_channels=3),
+                        IMG2),
+    "Conv3DTranspose": (lambda: nn.Conv3DTranspose(4, 3, strides=2, in_channels=3), IMG3),
     "Dense": (lambda: nn.Dense(4, in_units=6), VEC),
     "Dropout": (lambda: nn.Dropout(0.5), VEC),
     "ELU": (nn.ELU, VEC), "GELU": (nn.GELU, VEC), "SELU": (nn.SELU, VEC),
@@ -136,20 +140,6 @@ EXCEPTIONS = {
     "SequentialRNNCell": "a plain (non-hybrid) container of cells: use HybridSequentialRNNCell",
     "SparseEmbedding": "a plain Block calling the sparse embedding op imperatively: use "
                        "nn.Embedding(sparse_grad=True) (see the guide, sparse Embedding)",
-    "Conv1DTranspose": "MXNet 1.9.1's oneDNN Deconvolution fails in backward on the CPU "
-                       "('MXNetError: could not execute a primitive') whenever its weight is an "
-                       "op's output (the Cast of emulation and of bfloat16; plain MXNet fails the "
-                       "same with w * 1): forward and the GPU graph are swept below; training on "
-                       "the CPU works with MXNET_MKLDNN_ENABLED=0 (MXNet's own kernels)",
-    "Conv2DTranspose": "as Conv1DTranspose",
-    "Conv3DTranspose": "as Conv1DTranspose",
-}
-
-#: Swept without backward on this CPU: forward and the GPU graph only (see EXCEPTIONS).
-FORWARD_ONLY = {
-    "Conv1DTranspose": (lambda: nn.Conv1DTranspose(4, 3, in_channels=3), IMG1),
-    "Conv2DTranspose": (lambda: nn.Conv2DTranspose(4, 3, in_channels=3), IMG2),
-    "Conv3DTranspose": (lambda: nn.Conv3DTranspose(4, 3, in_channels=3), IMG3),
 }
 
 
@@ -218,36 +208,6 @@ def test_layer_casts_runs_and_trains(name, dtype):
     check(*SWEEP[name], dtype)
 
 
-@pytest.mark.parametrize("name", sorted(FORWARD_ONLY))
-def test_transposed_convolutions_forward(name):
-    for dtype in ("float16", "bfloat16"):
-        check(*FORWARD_ONLY[name], dtype, backward=False)
-
-
-TRANSPOSED_TRAINING = """
-import mxnet as mx
-from mxnet import autograd
-from mxnet.gluon import nn
-import mxfp16
-for dtype in ("float16", "bfloat16"):
-    block = nn.Conv2DTranspose(4, 3, in_channels=3)
-    block.initialize()
-    cast = mxfp16.cast_block(block, dtype)
-    with autograd.record():
-        total = cast(mx.nd.ones((2, 3, 8, 8))).sum()
-    total.backward()
-    assert block.weight.grad().astype("float32").abs().sum().asscalar() > 0
-"""
-
-
-def test_transposed_convolutions_train_with_the_workaround():
-    """The workaround EXCEPTIONS names: without oneDNN, backward runs (one process: the variable
-    is read when MXNet loads)."""
-    env = dict(os.environ, MXNET_MKLDNN_ENABLED="0")
-    subprocess.run([sys.executable, "-c", TRANSPOSED_TRAINING], env=env, check=True,
-                   capture_output=True, timeout=300)
-
-
 #: Swept classes without a GPU graph of their own.
 NO_GRAPH = {
     "Sequential": "a plain Block: cast_block casts its HybridBlock children in place (swept)",
@@ -257,12 +217,12 @@ NO_GRAPH = {
 
 def test_exception_tables_name_swept_classes():
     assert {name for name, _ in KNOWN_LIMITS} <= set(SWEEP)
-    assert set(FORWARD_ONLY) <= set(EXCEPTIONS) and set(NO_GRAPH) <= set(SWEEP)
+    assert set(NO_GRAPH) <= set(SWEEP)
 
 
-@pytest.mark.parametrize("name", sorted(set(SWEEP) - set(NO_GRAPH)) + sorted(FORWARD_ONLY))
+@pytest.mark.parametrize("name", sorted(set(SWEEP) - set(NO_GRAPH)))
 def test_gpu_graph_passes_type_inference_with_float32_outputs(name):
-    factory, shape = {**SWEEP, **FORWARD_ONLY}[name]
+    factory, shape = SWEEP[name]
     block = build(factory)
     cast = mxfp16.cast_block(block, "float16", emulate=False)
     graph = cast.graphs[0]

@@ -4,7 +4,6 @@ bit-identical across devices, checkpoints that do not depend on the number of de
 the kvstores, the device flags and their errors, and MXNET_SAFE_ACCUMULATION on GPUs."""
 import json
 import os
-import pickle
 import re
 
 import mxnet as mx
@@ -15,6 +14,7 @@ import mxfp16
 from conftest import PoisonedIter, load_script_main
 from mxfp16 import mxnet_internals
 from mxfp16.models import new_network
+from mxfp16.optimizer_states import read_optimizer_states
 from mxfp16.train import checkpoint, config, loop, runner
 from mxfp16.train.config import TrainConfig, device_line
 from mxfp16.train.gluon_api import GluonAPI
@@ -51,6 +51,12 @@ def runs(monkeypatch, tmp_path):
         return fit(api, data, **kwargs)
     monkeypatch.setattr(loop, "fit", capture)
     return started
+
+
+def saved_network(prefix, epoch):
+    """The network of a checkpoint under the names training uses (the files' names are relative
+    to the zoo network's scope)."""
+    return checkpoint.load_checkpoint(checkpoint.checkpoint_name(prefix, epoch)).network
 
 
 def trained_arrays(api):
@@ -115,9 +121,7 @@ def assert_states_equal(first, second):
 
 def saved_states(path):
     """``{param index: [numpy arrays]}`` of a checkpoint's optimizer-state file (either API)."""
-    states = pickle.load(open(path, "rb"))
-    if isinstance(states, tuple):  # Trainer.save_states: (states, optimizer)
-        states = states[0]
+    states = read_optimizer_states(path)[0]
     return {index: flat(state) for index, state in states.items()}
 
 
@@ -148,7 +152,7 @@ def test_two_cpus_train_float16_with_dynamic_scaling_and_identical_devices(
     assert checkpoint.saved_epochs(prefix) == [1, 2]
     # BatchNorm's running statistics are each device's; the checkpoint holds their mean.
     statistics = device_copies(trained, trained.network.aux_params)
-    saved = mx.model.load_checkpoint(prefix, 2)[2]
+    saved = saved_network(prefix, 2).aux_params
     assert sorted(saved) == sorted(statistics)
     for name, (first, second) in statistics.items():
         assert np.array_equal(saved[name].asnumpy(), (first.asnumpy() + second.asnumpy()) / 2), name
@@ -228,7 +232,7 @@ def test_a_checkpoint_does_not_depend_on_the_number_of_devices(train_imagenet, r
         [[a.shape for a in one_states[i]] for i in two_states]
     # Loaded onto one device, then back onto two: weights, optimizer state and loss scale as saved.
     for (_, start_params, start_states), (prefix, epoch) in zip(runs[2:], ((two, 1), (one, 2))):
-        assert_params_equal(start_params, mx.model.load_checkpoint(prefix, epoch)[1])
+        assert_params_equal(start_params, saved_network(prefix, epoch).arg_params)
         assert_states_equal(saved_states(start_states),
                             saved_states(checkpoint.checkpoint_paths(prefix, epoch).states))
     for run, (prefix, epoch) in ((one, (two, 1)), (back, (one, 2))):

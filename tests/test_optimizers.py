@@ -60,7 +60,8 @@ def test_lamb_is_refused_because_its_master_copy_never_moves():
 
 
 def test_unknown_optimizer_names_the_supported_ones():
-    with pytest.raises(ValueError, match="'adamw_fp8'.*sgd, nag"):
+    with pytest.raises(ValueError, match="unknown optimizer 'adamw_fp8'.*import the package.*"
+                                         "adam, adamax"):
         mxfp16.make_optimizer("adamw_fp8", "float16")
 
 
@@ -146,3 +147,21 @@ def test_states_of_a_float32_run_get_a_master_copy_and_lose_it_again(name):
     param.cast("float32")
     mxfp16.optimizers.adapt_states(updater, [param])
     assert structure(updater.states[0]) == structure(plain)
+
+
+def test_an_optimizer_whose_constructor_needs_arguments_is_probed_from_the_instance():
+    @mx.optimizer.register
+    class ScaledSGD(mx.optimizer.SGD):  # its own multi-precision path (SGD's): probed
+        def __init__(self, factor, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = factor
+
+    try:
+        with pytest.raises(ValueError, match="'scaledsgd'.*constructor needs arguments: pass an "
+                                             "instance"):
+            mxfp16.make_optimizer("scaledsgd", "float16")
+        given = ScaledSGD(0.5, multi_precision=True)
+        assert mxfp16.make_optimizer(given, "float16") is given
+        assert mxfp16.optimizers.keeps_master_weights(given)
+    finally:
+        del mx.optimizer.Optimizer.opt_registry["scaledsgd"]

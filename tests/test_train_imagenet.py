@@ -177,7 +177,7 @@ BAD_INPUTS = [
     (["--network", "resnet51_v1"], r"--network: unknown network 'resnet51_v1': did you mean "
                                    r"resnet50_v1"),
     (["--dtype", "float8"], r"--dtype: unknown dtype 'float8': choose one of float32, float16"),
-    (["--optimizer", "adamw"], r"--optimizer: unknown or unsupported optimizer 'adamw'"),
+    (["--optimizer", "adamw"], r"--optimizer: unknown optimizer 'adamw': no optimizer is registered"),
     (["--resume", "{tmp}/never-0003"], r"no checkpoint '.*never-0003'"),
     (["--resume", "{checkpoint}", "--network", "mobilenet0.25"],
      r"checkpoint '.*r-0001' \(--network cifar_resnet20_v1 --num-classes 4\) does not fit the "

@@ -91,7 +91,7 @@ def test_a_state_cut_short_is_passed_over_and_old_states_are_rotated(tmp_path):
         cut.truncate(10)  # the machine died before the disk had all of it
     assert mxfp16.latest_training_state(prefix) == prefix + "-00000002"
     assert mxfp16.load_training_state(prefix, *make_loop()).step == 2
-    with pytest.raises(ValueError, match=r"00000003' is incomplete: .*trainer0.states has 10 "
+    with pytest.raises(ValueError, match=r"00000003' is incomplete or damaged: .*trainer0.states has 10 "
                                          r"bytes, not \d+; load another one"):
         mxfp16.load_training_state(prefix + "-00000003", *make_loop())
 

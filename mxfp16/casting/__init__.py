@@ -9,13 +9,15 @@ One concept, one subpackage:
 - :mod:`.block`: ``CastBlock``, what ``cast_block`` returns;
 - :mod:`.signature`: how a Gluon block is called (inputs, nesting, messages);
 - :mod:`.emulation` and :mod:`.fastround`: float16 with GPU numerics on a CPU;
-- :mod:`.params`: ``cast_params``, float32 checkpoint values in a cast graph's dtypes.
+- :mod:`.params`: ``cast_params``, float32 checkpoint values in a cast graph's dtypes;
+- :mod:`.deploy`: ``export``, graphs and parameters for plain MXNet (float32 or float16).
 """
 from ..dtypes import SUPPORTED_DTYPES
 from .block import CastBlock
 from .cast import cast_block, cast_symbol
+from .deploy import export_network as export
 from .emulation import resolve_emulate
 from .params import cast_params
 
-__all__ = ["cast_block", "cast_symbol", "cast_params", "CastBlock", "resolve_emulate",
+__all__ = ["cast_block", "cast_symbol", "cast_params", "CastBlock", "resolve_emulate", "export",
            "SUPPORTED_DTYPES"]

@@ -1,14 +1,16 @@
 """The casting of MXNet's AMP pass (``mode='amp'`` and bfloat16), with mxfp16's rules applied
 before it: float32 after the last GEMM (post-processing: box decoding, NMS, losses), float32 where
 MXNet 1.9.1 has no bfloat16 CPU kernel, and one dtype for the inputs of multi-input ops (MXNet AMP's
-widest-type rule, which its bfloat16 lists leave out for Concat).
+widest-type rule, which its bfloat16 lists leave out for Concat), explicit float32 where AMP's
+bfloat16 pass would mistype an op reading a float32 value.
 """
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 
+from .transposed import deconvolution_as_convolution
 from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
-                    INDEX_INPUTS, WIDEST_TYPE_OPS)
+                    INDEX_INPUTS)
 
 #: Ops the tail rule leaves alone: GEMMs, and lookups whose weight dtype is theirs (a float16
 #: Embedding's table is float16, wherever it sits).
@@ -40,18 +42,26 @@ def _entry_dtype(rw, types, old_entry):
 
 
 def _float32_inputs(sym, wanted, data_names):
-    """Cast to float32 the float inputs of the nodes ``wanted(rw) -> old ids`` selects (not their
-    index inputs, nor integer values: shapes, top-k indices)."""
-    rw = GraphRewriter(sym)
+    """Cast to float32 the float values the nodes ``wanted(rw) -> old ids`` selects read: not
+    their index inputs, integer values (shapes, top-k indices) or parameters (AMP gives those
+    their dtype; BatchNorm's running statistics must stay variables).  ``sym`` is stripped of an
+    earlier cast's nodes already; the casts of the passes before this one are kept."""
+    rw = GraphRewriter(sym, drop_inserted=False)
     chosen = wanted(rw)
     types = internal_dtypes(sym, data_names) if chosen else {}
+
+    def read_as_is(position, entry, skip):
+        source = rw.old_nodes[entry[0]]
+        return position in skip or _entry_dtype(rw, types, entry) not in _FLOATS or (
+            source["op"] == "null" and source["name"] not in data_names)
+
     for old_id, node in rw.nodes_in_order():
         if old_id not in chosen:
             rw.copy(old_id, node)
             continue
         skip = INDEX_INPUTS.get(node["op"], ())
-        inputs = [rw.input_entry(e) if i in skip or _entry_dtype(rw, types, e) not in _FLOATS
-                  else rw.cast(rw.input_entry(e), "float32") for i, e in enumerate(node["inputs"])]
+        inputs = [rw.input_entry(e) if read_as_is(i, e, skip) else
+                  rw.cast(rw.input_entry(e), "float32") for i, e in enumerate(node["inputs"])]
         rw.emit(node, inputs, old_id)
     return rw.to_symbol(rw.heads())
 
@@ -91,20 +101,24 @@ def _no_bfloat16_kernel(rw):
             if node["op"] != "null" and _lacks_bfloat16_kernel(node["op"])}
 
 
-def _mixed_multi_input(rw):
-    """Multi-input ops AMP's bfloat16 pass runs in whatever dtype reaches them (Concat) whose
-    inputs may differ (one float32 from an op without a bfloat16 kernel, as YOLOv3's upsampling
-    ``repeat``): they read float32, MXNet AMP's widest-type rule for float16."""
+def _reads_float32(rw):
+    """Ops AMP's bfloat16 pass runs in whatever dtype reaches them (Concat, Pooling, the widest-
+    type ops) that read a float32 value (from an op without a bfloat16 kernel, as YOLOv3's
+    upsampling ``repeat`` or DeepLab's ASPP resize): their float inputs are cast to float32
+    explicitly.  For a multi-input op this is MXNet AMP's widest-type rule (its bfloat16 lists
+    leave Concat out of it: "Non-uniform data type in Concat"); for any such op it keeps AMP's
+    pass from reading the value's bfloat16 copy made for another consumer while typing the op's
+    output as bfloat16 (DeepLab's global pooling then fed float32 to a bfloat16 convolution)."""
     float32 = {old_id for old_id, node in enumerate(rw.old_nodes)
                if node["op"] == "null" or _lacks_bfloat16_kernel(node["op"])
                or node["op"] in _bf16_lists.FP32_FUNCS or node_dtype(node) == "float32"}
     follows = set(_bf16_lists.BF16_FP32_FUNCS) | set(_bf16_lists.WIDEST_TYPE_CASTS)
     chosen = set()
     for old_id, node in enumerate(rw.old_nodes):
-        if node["op"] in follows and any(e[0] in float32 for e in node["inputs"]):
+        if node["op"] in follows and any(e[0] in float32 and rw.old_nodes[e[0]]["op"] != "null"
+                                         for e in node["inputs"]):
             float32.add(old_id)  # its output is float32 in turn
-            if node["op"] in WIDEST_TYPE_OPS and len(node["inputs"]) > 1:
-                chosen.add(old_id)
+            chosen.add(old_id)
     return chosen
 
 
@@ -112,9 +126,10 @@ def cast_with_amp(sym, dtype, data_names):
     """MXNet's AMP pass with its own op lists, after mxfp16's rules (see the module docstring);
     outputs come back as float32."""
     plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
-    if dtype == "bfloat16":
+    if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
+        plain = deconvolution_as_convolution(plain)
         plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
-        plain = _float32_inputs(plain, _mixed_multi_input, data_names)
+        plain = _float32_inputs(plain, _reads_float32, data_names)
     before = {node["name"] for node in GraphRewriter(plain).old_nodes}
     converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
                                    cast_optional_params=(dtype == "float16"))

@@ -12,6 +12,7 @@ from mxnet import autograd, gluon
 from .. import mxnet_internals
 from ..grad_checks import all_finite
 from ..optimizers import master_copies
+from . import deploy
 from .signature import call_structure, describe_call, is_plain_call
 
 #: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the
@@ -39,18 +40,6 @@ def _ndarrays(out):
     return [out] if isinstance(out, mx.nd.NDArray) else []
 
 
-def _float32_value(param):
-    """A parameter's float32 value on the CPU: the optimizer's master copy when the weight is that
-    copy rounded (the optimizer holds it), else the value widened, averaged over the devices as
-    Gluon saves it (BatchNorm's running statistics differ between devices)."""
-    arrays = param.list_data()
-    masters = master_copies(param)
-    if masters and bool((masters[0].astype(arrays[0].dtype) == arrays[0]).min().asscalar()):
-        return masters[0].copyto(mx.cpu())
-    widened = [array.copyto(mx.cpu()).astype("float32", copy=False) for array in arrays]
-    return widened[0] if len(widened) == 1 else mx.nd.add_n(*widened) / len(widened)
-
-
 class CastBlock(gluon.SymbolBlock):
     """The network :func:`cast_block` returns: a ``SymbolBlock`` that behaves like its original.
 
@@ -61,6 +50,8 @@ class CastBlock(gluon.SymbolBlock):
       the float32 network of the same architecture loads them as they are; :meth:`load_parameters`
       reads float32 or float16 files, with those names or the parameters' own.
     * A float16 network warns once if an output in inference mode holds inf or NaN.
+    * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
+      weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
 
     Parameters
     ----------
@@ -118,12 +109,22 @@ class CastBlock(gluon.SymbolBlock):
         # The original's other methods (GluonNLP's decoder.init_state_from_encoder, begin_state),
         # not as a child: its Parameters are this block's already.
         object.__setattr__(self, "_original", original)
+        self._cast_dtype = dtype
+        if original is not None:  # scripts read them: GluonNLP's k.split(model._prefix)
+            self._prefix, self._name = original.prefix, original.name
 
     def __getattr__(self, name):
         original = self.__dict__.get("_original")
         if original is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(original, name)
+
+    def __repr__(self):
+        original = self.__dict__.get("_original")
+        if original is None:
+            return super().__repr__()
+        inner = "\n".join("  " + line for line in repr(original).splitlines())
+        return f"{type(self).__name__}(dtype={self._cast_dtype!r},\n{inner}\n)"
 
     @property
     def graphs(self):
@@ -192,6 +193,19 @@ class CastBlock(gluon.SymbolBlock):
                 warnings.warn(OVERFLOW_WARNING, RuntimeWarning, stacklevel=4)
         return out
 
+    #: ``cast_symbol`` with the mode this network was cast in (set by ``cast_block``): how
+    #: :meth:`export` builds the float16 graph.
+    recast = None
+
+    def export(self, path, epoch=0, remove_amp_cast=True, dtype="float32", emulate=False):
+        """Write ``PATH-symbol.json`` and ``PATH-NNNN.params`` that plain MXNet loads: the float32
+        graph with the float32 master weights (default), or with ``dtype='float16'`` the float16
+        GPU graph with every parameter; never the emulation graph unless ``emulate=True``.  See
+        :func:`mxfp16.export`; ``remove_amp_cast`` is accepted for Gluon's signature.
+        """
+        return deploy.export_network(self, path, dtype=dtype, epoch=epoch, emulate=emulate,
+                                     recast=self.recast)
+
     def save_parameters(self, filename, deduplicate=False, dtype="float32"):
         """Save the parameters under the original block's names, in float32 by default.
 
@@ -219,7 +233,7 @@ class CastBlock(gluon.SymbolBlock):
         for key, param in self.param_keys.items():
             if not (deduplicate and id(param) in seen):
                 seen.add(id(param))
-                saved[key] = _float32_value(param) if dtype == "float32" else \
+                saved[key] = deploy.float32_value(param) if dtype == "float32" else \
                     param.list_data()[0].copyto(mx.cpu())
         mx.nd.save(filename, saved)
 
@@ -261,7 +275,10 @@ class CastBlock(gluon.SymbolBlock):
         values, extra = {}, []
         for key, value in (loaded.items() if isinstance(loaded, dict) else []):
             name = key[4:] if key.startswith(("arg:", "aux:")) else key
-            param = self.param_keys.get(name) or by_name.get(name)
+            # Names without the block's prefix too, as gluon's load_parameters restores it
+            # (GluonNLP's AWD-LSTM saves its averaged weights so).
+            param = self.param_keys.get(name) or by_name.get(name) or \
+                by_name.get(self.prefix + name)
             if param is None:
                 extra.append(key)
             else:

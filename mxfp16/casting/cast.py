@@ -5,10 +5,12 @@ float32 parameters for normalization layers, and a cast to float32 before softma
 (and before the other ops MXNet's AMP lists keep in float32).  Gluon blocks go through the same
 graph rewrite as symbols, so one set of rules serves both APIs.
 
-A Gluon block is traced twice, in training and in inference mode, so that Python code branching on
-``autograd.is_training()`` keeps both branches; the :class:`~mxfp16.casting.block.CastBlock` returned
-runs the graph of the current mode.
+A Gluon block is traced per mode, in training and in inference mode, so that Python code branching
+on ``autograd.is_training()`` keeps both branches, and each mode with the inputs of its own call
+(GluonCV's detectors take targets in training only); the :class:`~mxfp16.casting.block.CastBlock`
+returned runs the graph of the current mode.
 """
+import functools
 import json
 from collections import namedtuple
 
@@ -22,8 +24,10 @@ from .block import CastBlock
 from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
                     INDEX_INPUTS, applies, check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
-from .signature import block_inputs, call_structure, describe_call, describe_signature
-from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype, without_dtype)
+from .signature import (block_inputs, call_structure, describe_call, describe_signature,
+                        imperative_call_error)
+from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype,
+                    without_dtype)
 
 def _created_dtype(node):
     """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
@@ -255,6 +259,16 @@ def _cast_parameters(params, graphs, data_names):
                 param.cast(np.dtype(types[name]).type)
 
 
+def _default_layouts(params):
+    """Copy each initialized parameter's values into MXNet's default layout: an
+    inference-mode forward leaves oneDNN's convolution weights in its blocked layout, which the
+    bfloat16 graph's cast of the weight cannot read ("could not create a primitive descriptor for
+    a reorder primitive", GluonCV's SSD evaluated before it is cast)."""
+    for param in params.values():
+        if mxnet_internals.initialized_arrays(param):
+            param.cast(param.dtype)  # fresh copies, as a float16 cast makes them
+
+
 def _input_names(block, input_names):
     """The names the block's data inputs are traced under: ``input_names`` when given; else
     ``data`` for a block of one required input (as before), the names of ``hybrid_forward`` (or
@@ -295,10 +309,10 @@ def _variant_tracer(block, dtype, emulate, mode):
                 outputs = _traced_outputs(block, symbols, training,
                                           training if recording is None else recording)
             except (TypeError, AssertionError) as error:
-                raise TypeError(f"the cast network takes what {describe_signature(block)} takes, "
-                                f"called with {describe_call(call)} in "
-                                f"{'training' if training else 'inference'} mode: "
-                                f"{' '.join(str(error).split())}") from None
+                raise imperative_call_error(error, block) or TypeError(
+                    f"the cast network takes what {describe_signature(block)} takes, called with "
+                    f"{describe_call(call)} in {'training' if training else 'inference'} mode: "
+                    f"{' '.join(str(error).split())}") from None
             out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
             graph = out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat)
             used = set(graph.list_arguments())
@@ -340,7 +354,11 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     float32.  The parameters are cast in place and shared with the returned block.
 
     The block is traced in training and in inference mode: calls in either mode run that mode's
-    graph, so Python branches on ``autograd.is_training()`` behave as in the original.  The cast
+    graph, so Python branches on ``autograd.is_training()`` behave as in the original.  Each mode
+    is traced with the inputs of its own call: inference at the cast, training too where the
+    block takes nothing but its required inputs, else at the first training call with the arrays
+    it passes (Faster R-CNN's ``gt_box, gt_label``, YOLOv3's targets), inside ``autograd.record()``
+    when that call records.  Nothing is traced with inputs the caller did not give.  The cast
     network always runs as a graph, as a hybridized block does: a block that was not hybridized
     stays so (no ``static_alloc``), and one that was keeps its ``hybridize()`` settings, but the
     Python code of its ``hybrid_forward`` runs at cast time, not at every call, so printing,
@@ -409,6 +427,8 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     if dtype == "float32":
         return block
     params = block.collect_params()
+    if dtype == "bfloat16":
+        _default_layouts(params)
     if isinstance(block, gluon.SymbolBlock):  # a fixed graph: its own inputs, as they are
         data_names, *graphs = _block_graphs(block)
         graphs = [None if sym is None else
@@ -422,8 +442,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         names = _input_names(block, input_names)
         try:
             inference, training = _trace_plain(tracer, block, names)
-        except (TypeError, ValueError, AssertionError, mx.base.MXNetError):
-            if input_names is not None:
+        except (TypeError, ValueError, AssertionError, mx.base.MXNetError) as error:
+            # nd.* in hybrid_forward fails every trace: say so now, not at the first call
+            if input_names is not None or getattr(error, "method", None) == "hybrid_forward":
                 raise
             # Inputs that must be nested (a decoder's [memory, mask] states): traced at the first
             # call, which also casts the parameters; until then the graph holds the parameters.
@@ -437,6 +458,7 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         mxnet_internals.block_param_keys(block)
     cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer, plain=plain,
                      original=None if tracer is None else block, plain_training=plain_training)
+    cast.recast = functools.partial(cast_symbol, mode=mode)  # export's float16 graph
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)

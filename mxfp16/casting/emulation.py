@@ -27,6 +27,7 @@ import mxnet as mx
 
 from .rules import EXACT_CONSTANT_OPS, GEMM_OPS, INDEX_INPUTS, applies
 from .graph import DTYPE_CODES, GraphRewriter, node_dtype
+from .transposed import deconvolution_as_convolution
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,8 @@ def emulate_float16(sym, plan, data_names):
     Returns
     -------
     mx.sym.Symbol
-        The emulated graph (see the module docstring for its exact semantics).
+        The emulated graph (see the module docstring for its exact semantics).  Its transposed
+        convolutions are Convolutions (:mod:`mxfp16.casting.transposed`): oneDNN's Deconvolution
+        cannot train with the float16 weight cast to float32 that emulation feeds it.
     """
-    return _Emulator(sym, plan, data_names).run()
+    return _Emulator(deconvolution_as_convolution(sym), plan, data_names).run()

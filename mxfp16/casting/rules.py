@@ -122,8 +122,8 @@ OP_RULES = [
          "SwapAxis", "swapaxes", "tile", "repeat", "Crop", "Pad", "pad", "reverse",
          "_contrib_BilinearResize2D_none", "_rnn_param_concat", "stack", "SequenceReverse",
          "SequenceLast", "take", "pick", "Embedding", "broadcast_to", "broadcast_like",
-         "broadcast_axis", "slice_like"), "grid", "they select or move values and never compute "
-        "new ones, so emulation need not round their output again"),
+         "broadcast_axis", "slice_like", "zeros_like"), "grid", "they select or move values and "
+        "never compute new ones, so emulation need not round their output again"),
     row("Activation", "grid", "relu selects", when=("act_type", ("relu",))),
     row("Pooling", "grid", "max-pooling selects", when=("pool_type", ("max",))),
     row(_amp_lists.WIDEST_TYPE_CASTS, "widest", "MXNet AMP's widest-type list: the inputs of a "

@@ -9,13 +9,71 @@ with ``states`` a list of ``[h, c]``) and leave optional ones as None: :func:`ca
 the flat arrays and a key that is the same for calls of the same shape of nesting.
 """
 import inspect
+import re
+import traceback
 
 import mxnet as mx
 
 from .. import mxnet_internals
 
 __all__ = ["block_inputs", "describe_signature", "describe_call", "call_structure",
-           "is_plain_call"]
+           "is_plain_call", "ImperativeCallError", "imperative_call_error"]
+
+#: How an ``mx.nd`` function called with a Symbol fails (its generated argument check).
+_ND_ON_SYMBOL = re.compile(r"must have NDArray type, but got <Symbol")
+
+
+class ImperativeCallError(TypeError):
+    """A block's ``hybrid_forward`` (or own ``forward``) calls ``mx.nd`` functions directly, so it
+    cannot be traced; ``method`` names which."""
+
+    def __init__(self, message, method):
+        super().__init__(message)
+        self.method = method
+
+
+def _where(error):
+    """``(method, file:line, source line)`` of the innermost ``hybrid_forward`` or ``forward``
+    frame of ``error``'s traceback, or None."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if frame.name in ("hybrid_forward", "forward")]
+    if not frames:
+        return None
+    frame = frames[-1]
+    path = re.sub(r".*/(site|dist)-packages/", "", frame.filename)
+    return frame.name, f"{path}:{frame.lineno}", (frame.line or "").strip()
+
+
+def imperative_call_error(error, block):
+    """An :class:`ImperativeCallError` naming the cause when ``error`` was raised by an ``mx.nd``
+    function that tracing ``block`` handed a Symbol; None for another error.
+
+    Examples
+    --------
+    >>> from mxnet.gluon import nn
+    >>> class Bad(nn.HybridBlock):
+    ...     def hybrid_forward(self, F, x):
+    ...         return mx.nd.relu(x)
+    >>> try:
+    ...     Bad()(mx.sym.var('x'))
+    ... except AssertionError as error:
+    ...     print(str(imperative_call_error(error, Bad()))[:67])
+    Bad.hybrid_forward calls an mxnet.nd function directly (<doctest mx
+    """
+    if not _ND_ON_SYMBOL.search(str(error)):
+        return None
+    method, place, line = _where(error) or ("hybrid_forward", "", "")
+    place = f" ({place}: `{line}`)" if place else ""
+    name = type(block).__name__
+    fix = (f"Call it through hybrid_forward's F argument (F.Dropout for nd.Dropout), e.g. in a "
+           f"subclass of {name} that overrides hybrid_forward; a Dropout that acts only in "
+           "training can be left out of an evaluation model (GluonNLP's StandardRNN: dropout=0)"
+           if method == "hybrid_forward" else
+           f"Call the original {name} with float32 values, or cast the HybridBlocks it calls")
+    return ImperativeCallError(
+        f"{name}.{method} calls an mxnet.nd function directly{place}: a cast network is traced "
+        f"with Symbols, as hybridize() traces, and nd functions take only NDArrays. {fix}",
+        method)
 
 
 def block_inputs(block):

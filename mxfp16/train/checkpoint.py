@@ -5,11 +5,14 @@ The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files
 * ``PREFIX-symbol.json``: the float32 graph, data to logits (shared by the epochs);
 * ``PREFIX-NNNN.params``: float32 parameters named ``arg:...`` / ``aux:...``, so the pair is an
   ordinary MXNet checkpoint (``mx.model.load_checkpoint``, ``SymbolBlock.imports``) whatever the
-  training dtype; the float32 master weights of float16 training are in the optimizer state;
-* ``PREFIX-NNNN.states``: the optimizer state as MXNet writes it (``Trainer.save_states``,
-  ``Module.save_optimizer_states``);
+  training dtype, and ``get_model(name, classes=N).load_parameters`` loads it too (the names are
+  relative to the zoo network's name scope: :mod:`mxfp16.train.param_names`); float16 training
+  stores the optimizer's float32 master weights, the values its float16 weights are rounded from;
+* ``PREFIX-NNNN.states``: the optimizer state as arrays plus JSON, never a pickle
+  (:mod:`mxfp16.optimizer_states`): it cannot run code when it is read;
 * ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
-  ``LossScaler.state_dict_key``), metrics, the resolved configuration and the sizes of the other files.
+  ``LossScaler.state_dict_key``), metrics, the resolved configuration, and the size and SHA-256 of
+  each of the other files.
 
 A mid-epoch checkpoint (``--save-steps``, ``--save-minutes``, or a stop on SIGTERM/SIGINT) is
 ``PREFIX-NNNN+BBBBBB``: ``NNNN`` epochs and ``BBBBBB`` batches of the next epoch done, with the same
@@ -23,6 +26,13 @@ exists once its JSON file does, so a process killed during a save leaves the pre
 loadable and no half-written one that looks complete; and since the JSON file records the other
 files' sizes, a checkpoint cut short anyway (a machine that died before the disk had everything) is
 passed over when resuming from ``PREFIX``, for the newest complete one.
+
+Loading recomputes the SHA-256 of every file: a checkpoint damaged after its save (bit flips of the
+same size included) is passed over with one warning naming the file, or, named explicitly, is one
+error.  Parameters that are not finite are refused, naming the parameter.  The graph file is shared
+by all checkpoints and not needed to resume (the network comes from ``--network``): a damaged one is
+named in a warning and rewritten by the next save.  Checkpoints written before checksums load with
+a note; their ``.states`` file is a pickle, read only with ``--allow-pickle``.
 """
 import glob
 import json
@@ -34,11 +44,18 @@ from dataclasses import dataclass
 import mxnet as mx
 
 from ..atomic_files import StagedFiles
+from ..checkpoint_files import (damaged_files, non_finite_name, seal, seal_broken,
+                                write_failure_cause)
 from ..models import Network
+from ..optimizer_states import is_pickle_file
+from .param_names import relative_names, with_prefix
 
 #: Written into every JSON file, checked when loading.
 CHECKPOINT_FORMAT = "mxfp16-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+
+#: The JSON key of the name-scope prefix taken off the parameter names (``''``: none).
+PARAM_PREFIX_KEY = "param_prefix"
 
 log = logging.getLogger("mxfp16.train")
 
@@ -116,6 +133,11 @@ class Checkpoint:
     batch: int = 0
 
     @property
+    def states_pickled(self):
+        """Whether the ``.states`` file is a pickle (a checkpoint written before version 2)."""
+        return is_pickle_file(self.states_path)
+
+    @property
     def devices_path(self):
         """The ``.devices`` file (each device's auxiliary states), None without."""
         path = checkpoint_paths(self.prefix, self.epoch, self.batch).devices
@@ -158,24 +180,60 @@ def save_checkpoint(prefix, epoch, network, save_states, scaler, batch=0, device
     CheckpointPaths
     """
     paths = checkpoint_paths(prefix, epoch, batch)
+    network, meta[PARAM_PREFIX_KEY] = relative_names(network)
     params = {**{f"arg:{k}": v.astype("float32") for k, v in network.arg_params.items()},
               **{f"aux:{k}": v.astype("float32") for k, v in network.aux_params.items()}}
-    with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
-        files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False))
-        files.write(paths.params, lambda p: mx.nd.save(p, params))
-        files.write(paths.states, save_states)
-        if device_aux:
-            files.write(paths.devices, lambda p: mx.nd.save(p, device_aux))
-        record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
-                      batch=batch, files=files.sizes(),
-                      **{scaler.state_dict_key: scaler.state_dict()})
-        files.write(paths.meta, lambda p: _write_json(p, record))
+    try:
+        with StagedFiles(os.path.dirname(os.path.abspath(prefix))) as files:
+            files.write(paths.symbol, lambda p: network.symbol.save(p, remove_amp_cast=False),
+                        verify=mx.sym.load)
+            files.write(paths.params, lambda p: mx.nd.save(p, params), verify=mx.nd.load)
+            files.write(paths.states, save_states, verify=_whole_states)
+            if device_aux:
+                files.write(paths.devices, lambda p: mx.nd.save(p, device_aux), verify=mx.nd.load)
+            record = dict(meta, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=epoch,
+                          batch=batch, files=files.sizes(), sha256=files.digests(),
+                          **{scaler.state_dict_key: scaler.state_dict()})
+            files.write(paths.meta, lambda p: _write_json(p, record))
+    except (OSError, mx.base.MXNetError) as error:
+        raise CheckpointWriteError(checkpoint_name(prefix, epoch, batch), prefix, error) from None
     return paths
+
+
+def _whole_states(path):
+    """Read an optimizer-state file back (a pickle written by a caller's own ``save_states`` is
+    left alone)."""
+    if not is_pickle_file(path):
+        mx.nd.load(path)
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (disk full, file size limit, read-only folder): the
+    message names it, the cause and the fix; the checkpoints before are intact."""
+
+    def __init__(self, name, prefix, error):
+        likely = write_failure_cause(os.path.dirname(os.path.abspath(prefix)))
+        cause = error.strerror if isinstance(error, OSError) and error.strerror else \
+            f"a file was written incompletely{': ' + likely if likely else ''}; MXNet says: " \
+            f"{_first_line(error)}"
+        super().__init__(f"checkpoint {name} could not be written ({cause}): the checkpoints saved "
+                         "before are intact and no temporary file is left; free disk space, raise "
+                         "the file size limit (ulimit -f) or make the folder writable, then resume "
+                         f"with --resume {prefix}")
+
+
+def _first_line(error):
+    """The informative first line of an exception (MXNet's carry a C++ stack trace)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    for line in lines:
+        if "Stack trace" not in line and not line.startswith(("[bt]", "File ", "Traceback")):
+            return line.replace("MXNetError: ", "")[:160]
+    return lines[0][:160] if lines else type(error).__name__
 
 
 def _write_json(path, record):
     with open(path, "w") as out:
-        json.dump(record, out, indent=1, sort_keys=True)
+        json.dump(seal(record), out, indent=1, sort_keys=True)
 
 
 def saved_positions(prefix):
@@ -280,18 +338,73 @@ def _read_meta(path):
         raise CheckpointError(f"{path!r} is not an mxfp16 checkpoint file (no format "
                               f"{CHECKPOINT_FORMAT!r}): pass a checkpoint written by the training "
                               "scripts")
+    if seal_broken(meta):
+        raise CheckpointError(f"checkpoint file {path!r} has other contents than when it was saved "
+                              "(its SHA-256 differs): it is damaged; resume from another checkpoint")
     return meta
 
 
-def _check_sizes(paths, meta):
+def _check_files(paths, meta):
+    """Raise for the first damaged file of the checkpoint (the shared graph file left out: see
+    :func:`_load_symbol`)."""
     folder = os.path.dirname(paths.meta)
-    for name, size in meta.get("files", {}).items():
-        path = os.path.join(folder, name)
-        actual = os.path.getsize(path) if os.path.isfile(path) else None
-        if actual != size:
-            found = "is missing" if actual is None else f"has {actual} bytes, not {size}"
-            raise CheckpointError(f"checkpoint file {path!r} {found}: the checkpoint is incomplete "
-                                  "or was overwritten; resume from another epoch")
+    symbol = os.path.basename(paths.symbol)
+    sizes = {k: v for k, v in meta.get("files", {}).items() if k != symbol}
+    for path, why in damaged_files(folder, sizes, meta.get("sha256", {})):
+        raise CheckpointError(f"checkpoint file {path!r} {why}: the checkpoint is incomplete, "
+                              "damaged or was overwritten; resume from another checkpoint")
+
+
+def verify_mxnet_files(prefix, epoch):
+    """Verify the files of ``PREFIX-symbol.json`` + ``PREFIX-NNNN.params`` against the checksums
+    of the mxfp16 checkpoint they belong to, if they belong to one (a fine-tuning start): the graph
+    file counts too, since fine-tuning needs it.
+
+    Raises
+    ------
+    CheckpointError
+        Naming the damaged file.
+    """
+    paths = checkpoint_paths(prefix, epoch)
+    if not os.path.isfile(paths.meta):
+        return
+    meta = _read_meta(paths.meta)
+    names = {os.path.basename(paths.symbol), os.path.basename(paths.params)}
+    sizes = {k: v for k, v in meta.get("files", {}).items() if k in names}
+    for path, why in damaged_files(os.path.dirname(paths.meta), sizes, meta.get("sha256", {})):
+        raise CheckpointError(f"checkpoint file {path!r} {why}: it is damaged or was overwritten; "
+                              "fine-tune from another checkpoint (--load-epoch)")
+
+
+def check_finite(arrays, source):
+    """Raise :class:`CheckpointError` naming the first parameter of ``arrays`` that holds NaN or
+    infinity (``source`` names the file)."""
+    bad = non_finite_name(arrays)
+    if bad is not None:
+        raise CheckpointError(f"{source} holds NaN or infinite values in parameter "
+                              f"{bad.split(':', 1)[-1]!r}: it was saved after training diverged "
+                              "and cannot be trained on; use an earlier checkpoint (and lower --lr "
+                              "or use a loss scaler)")
+
+
+def _load_symbol(paths, meta):
+    """The graph, or None with a warning naming the file when it is damaged (resuming rebuilds the
+    graph from --network; the next save rewrites the file)."""
+    name = os.path.basename(paths.symbol)
+    recorded = {k: v for k, v in meta.get("sha256", {}).items() if k == name}
+    size = meta.get("files", {}).get(name)
+    problems = damaged_files(os.path.dirname(paths.meta), {name: size}, recorded) \
+        if size is not None else []
+    try:
+        if not problems:
+            return mx.sym.load(paths.symbol)
+        why = problems[0][1]
+    except mx.base.MXNetError as error:
+        why = f"cannot be read ({_first_line(error)})"
+    log.warning("graph file %s %s: not needed to resume (the graph comes from --network; the next "
+                "checkpoint rewrites it); to use the checkpoint elsewhere, restore the file or "
+                "export the network again", paths.symbol, why)
+    return None
 
 
 def load_checkpoint(spec):
@@ -320,8 +433,9 @@ def load_checkpoint(spec):
     >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
     >>> network = Network(fc, {'fc_weight': mx.nd.ones((2, 3)), 'fc_bias': mx.nd.zeros(2)}, {})
     >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
-    >>> def save_states(path):  # e.g. trainer.save_states
-    ...     open(path, 'wb').close()
+    >>> from mxfp16.optimizer_states import save_optimizer_states
+    >>> def save_states(path):  # e.g. functools.partial(save_trainer_states, trainer)
+    ...     save_optimizer_states(path, {})
     >>> for epoch in (1, 2):
     ...     _ = save_checkpoint(prefix, epoch, network, save_states, mxfp16.DynamicLossScaler(),
     ...                         num_update=10 * epoch)
@@ -347,54 +461,18 @@ def _load(prefix, epoch, batch):
     paths = checkpoint_paths(prefix, epoch, batch)
     name = checkpoint_name(prefix, epoch, batch)
     meta = _read_meta(paths.meta)
-    _check_sizes(paths, meta)
+    _check_files(paths, meta)
+    if "sha256" not in meta:
+        log.warning("checkpoint %s was saved without checksums (before mxfp16's checkpoint version "
+                    "2): loaded without verifying its files", name)
     try:
-        symbol = mx.sym.load(paths.symbol)
         saved = mx.nd.load(paths.params)
     except mx.base.MXNetError as error:
-        raise CheckpointError(f"checkpoint {name} cannot be read "
-                              f"({str(error).strip().splitlines()[0][:120]}): resume from "
-                              "another epoch") from None
+        raise CheckpointError(f"checkpoint file {paths.params!r} cannot be read "
+                              f"({_first_line(error)}): resume from another checkpoint") from None
+    check_finite(saved, f"checkpoint file {paths.params!r}")
+    symbol = _load_symbol(paths, meta)
     arg_params = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
     aux_params = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
-    return Checkpoint(prefix, epoch, Network(symbol, arg_params, aux_params), paths.states, meta,
-                      batch)
-
-
-def _examples(names):
-    names = sorted(names)
-    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-
-
-def check_fits(params, expected, source, hint):
-    """Raise :class:`CheckpointError` unless ``params`` has exactly ``expected``'s names and shapes.
-
-    Parameters
-    ----------
-    params, expected : dict of str to NDArray
-        Saved values and the network's (arguments and auxiliary states together).
-    source : str
-        What the values come from, for the message.
-    hint : str
-        How to fix a mismatch, for the message.
-
-    Examples
-    --------
-    >>> import mxnet as mx
-    >>> check_fits({'w': mx.nd.zeros((2, 3))}, {'w': mx.nd.zeros((4, 3))}, 'run-0001',
-    ...            'pass --num-classes 2')  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    mxfp16...CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...
-    """
-    missing = set(expected) - set(params)
-    unexpected = set(params) - set(expected)
-    wrong = [f"{name} {params[name].shape} vs {expected[name].shape}"
-             for name in sorted(set(params) & set(expected))
-             if params[name].shape != expected[name].shape]
-    problems = [f"{len(names)} {what} parameter(s) ({_examples(names)})"
-                for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
-    if wrong:
-        problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
-    if problems:
-        raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")
+    network = with_prefix(Network(symbol, arg_params, aux_params), meta.get(PARAM_PREFIX_KEY, ""))
+    return Checkpoint(prefix, epoch, network, paths.states, meta, batch)

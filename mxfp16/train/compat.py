@@ -182,7 +182,7 @@ def _gluoncv_resume_note(config):
 def _gluoncv_optimizer(config, notes):
     """``{'optimizer': ...}`` of GluonCV's ``--resume-states`` file when ``--optimizer`` is left at
     its default (GluonCV's script trains with NAG); a different ``--optimizer`` is an error."""
-    saved = read_states(config.resume_states)[1] if config.resume_states else None
+    saved = read_states(config.resume_states, config.allow_pickle)[1] if config.resume_states else None
     name = type(saved).__name__.lower() if saved is not None else config.optimizer
     if name == config.optimizer.lower():
         return {}

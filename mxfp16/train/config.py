@@ -6,6 +6,7 @@ with explicit keyword arguments.  Flag names follow MXNet's ``example/image-clas
 GluonCV's ``train_imagenet.py``, so existing commands carry over.
 """
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ import mxnet as mx
 from ..dtypes import check_dtype
 from ..kvstore import KVSTORE_TYPES
 from ..models import DEFAULT_MODEL_ROOT, MXNET_ZOO_MODELS
+from ..optimizer_states import PICKLE_RISK, is_pickle_file
 from ..optimizers import check_optimizer
 from .compat import augmentation, network_settings, resolve_commands
 from .data.augmentation import CIFAR_RECIPE, FINE_TUNE_RECIPE, IMAGENET_RECIPE
@@ -91,6 +93,8 @@ class TrainConfig:
     tensorboard: str = None
     max_batches: int = 0
     log_file: str = None
+    allow_pickle: bool = False
+    skip_bad_images: bool = False
     # MXNet example's and GluonCV's flags (see mxfp16.train.compat and flags_compat).
     num_layers: int = None
     batch_norm: bool = False
@@ -189,6 +193,7 @@ class TrainConfig:
         self = resolve_commands(self, fine_tuning=isinstance(self, FineTuneConfig))
         _check_numbers(self)
         _check_data_flags(self)
+        _check_run_flags(self)
         if (self.save_steps or self.save_minutes) and not self.model_prefix:
             flag = f"--save-steps {self.save_steps}" if self.save_steps else \
                 f"--save-minutes {self.save_minutes:g}"
@@ -429,6 +434,33 @@ def _check_numbers(config):
     if config.warmup_epochs >= config.num_epochs and config.warmup_epochs:
         raise ValueError(f"--warmup-epochs {config.warmup_epochs} leaves no epoch after the warm-up "
                          f"of --num-epochs {config.num_epochs}: lower it")
+
+
+def _check_run_flags(config):
+    """Non-finite numbers, a checkpoint prefix that names a folder only, pickled state files not
+    allowed: one line each, before anything runs."""
+    for flag in ("rgb_mean", "rgb_std"):
+        values = getattr(config, flag, None)
+        if values is not None and (not all(math.isfinite(v) for v in values)
+                                   or (flag == "rgb_std" and min(values) <= 0)):
+            raise ValueError(f"--{flag.replace('_', '-')} {','.join(f'{v:g}' for v in values)} "
+                             f"must be {'finite' if flag == 'rgb_mean' else 'finite and > 0'} for "
+                             f"each of R,G,B: for example "
+                             f"{'123.68,116.28,103.53' if flag == 'rgb_mean' else '58.4,57.12,57.38'}")
+    for flag in ("lr", "wd", "mom", "lr_factor", "label_smoothing", "mixup_alpha", "warmup_lr",
+                 "save_minutes", "crop_ratio", "lr_mult"):
+        value = getattr(config, flag, None)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{flag.replace('_', '-')} {value} is not a finite number: pass a "
+                             "finite value (see --help for its default)")
+    if config.model_prefix and config.model_prefix.endswith(("/", os.sep)):
+        raise ValueError(f"--model-prefix {config.model_prefix} names a folder only: the files "
+                         f"would be called {config.model_prefix}-0001.params; add a name, e.g. "
+                         f"--model-prefix {os.path.join(config.model_prefix, config.network)}")
+    if config.resume_states and not config.allow_pickle and os.path.isfile(config.resume_states) \
+            and is_pickle_file(config.resume_states):
+        raise ValueError(f"--resume-states {config.resume_states}: {PICKLE_RISK}; pass "
+                         "--allow-pickle if you trust this file")
 
 
 def _check_data_flags(config):

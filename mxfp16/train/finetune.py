@@ -15,7 +15,7 @@ import mxnet as mx
 
 from ..models import (DATA_INPUT, MXNET_ZOO_MODELS, Network, block_to_network, checkpoint_files,
                       default_initializer, get_network, load_mxnet_checkpoint, mxnet_zoo_checkpoint)
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, check_finite, verify_mxnet_files
 from .loop import train
 
 log = logging.getLogger("mxfp16.train")
@@ -46,14 +46,18 @@ def checkpoint_network(prefix, epoch):
     mxfp16.train.checkpoint.CheckpointError
         If the files are missing or unreadable.
     """
+    verify_mxnet_files(prefix, epoch)
     try:
-        return load_mxnet_checkpoint(prefix, epoch)
+        network = load_mxnet_checkpoint(prefix, epoch)
     except (OSError, ValueError) as error:
         symbol_file, params_file = checkpoint_files(prefix, epoch)
         reason = str(error).split(":")[0]
         raise CheckpointError(f"MXNet checkpoint {prefix!r} epoch {epoch} cannot be loaded "
                               f"({reason}): expected {symbol_file} and {params_file}; check "
                               "--pretrained-model and --load-epoch") from None
+    check_finite({**network.arg_params, **network.aux_params},
+                 f"MXNet checkpoint {checkpoint_files(prefix, epoch)[1]}")
+    return network
 
 
 def _replace_last_layer(symbol, num_classes):

@@ -177,6 +177,13 @@ def _add_run_arguments(parser, d):
     group.add_argument("--log-file", "--logging-file", default=d.log_file,
                        help="log file (default: train.log "
                        "next to --model-prefix; none without it)")
+    group.add_argument("--allow-pickle", action="store_true",
+                       help="read pickled optimizer states (MXNet's or GluonCV's .states files, "
+                       "mxfp16 checkpoints saved before checksums): a pickle can run any code when "
+                       "read, so pass it only for files you trust (default: off)")
+    group.add_argument("--skip-bad-images", action="store_true",
+                       help="leave out image-folder files that are not whole JPEG/PNG images, "
+                       "with a counted warning, instead of stopping at start (default: off)")
 
 
 def add_fine_tune_arguments(parser, defaults=None):

@@ -113,8 +113,9 @@ def _add_training_flags(group, d):
     group.add_argument("--resume-states", default=d.resume_states,
                        help="GluonCV's: the optimizer state, PREFIX-NNNN.states, or the "
                             "trainer.save_states file of GluonCV's run: its optimizer (nag) and "
-                            "momenta, float16 master weights added (default: the checkpoint's; "
-                            "none for a GluonCV file)")
+                            "momenta, float16 master weights added; GluonCV's file is a pickle, "
+                            "read only with --allow-pickle (default: the checkpoint's; none for a "
+                            "GluonCV file)")
     group.add_argument("--resume-epoch", type=int, default=d.resume_epoch,
                        help="GluonCV's: the epoch to resume at; must be the checkpoint's NNNN "
                             f"(default: {d.resume_epoch}, the checkpoint's)")

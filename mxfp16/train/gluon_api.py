@@ -6,15 +6,18 @@ Trainer keeps float32 master weights (:func:`mxfp16.make_trainer`) and the loss 
 step.  :mod:`mxfp16.train.loop` runs it through the methods :class:`GluonAPI` shares with
 :class:`mxfp16.train.module_api.ModuleAPI`.
 """
+import functools
+
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals
+from .. import mxnet_internals, optimizer_states
 from ..casting import cast_block
+from ..casting.deploy import float32_value
 from ..models import DATA_INPUT, block_to_network
 from ..optimizers import NO_WD_SUFFIXES, make_trainer
 
-#: Optimizer settings a resumed run takes from the command line, not from the checkpoint's pickled
+#: Optimizer settings a resumed run takes from the command line, not from the checkpoint's
 #: optimizer, so both APIs resume alike (the schedule follows --num-epochs, which may be extended).
 COMMAND_LINE_SETTINGS = ("lr", "wd", "momentum", "lr_scheduler")
 
@@ -68,19 +71,25 @@ def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
     return block, net
 
 
-def load_trainer_states(trainer, states_path):
-    """``trainer.load_states``, keeping the settings of :data:`COMMAND_LINE_SETTINGS`.
+def load_trainer_states(trainer, states_path, allow_pickle=False):
+    """Load a checkpoint's optimizer state into ``trainer``
+    (:func:`mxfp16.optimizer_states.load_trainer_states`; a pickled file only with
+    ``allow_pickle``), keeping the settings of :data:`COMMAND_LINE_SETTINGS`.
 
     The checkpoint restores the optimizer state and the update count (the schedule's position), on
     any number of devices: every device gets the saved update counts.
     """
     fresh = trainer.optimizer
-    trainer.load_states(states_path)
+    kept = {name: getattr(fresh, name) for name in COMMAND_LINE_SETTINGS if hasattr(fresh, name)}
+    scheduler = getattr(fresh, "lr_scheduler", None)
+    scheduler_settings = dict(vars(scheduler)) if scheduler is not None else None
+    optimizer_states.load_trainer_states(trainer, states_path, allow_pickle=allow_pickle)
     devices = mxnet_internals.trainer_params(trainer)[0].list_ctx()
     mxnet_internals.align_update_counts(trainer.optimizer, [c.device_id for c in devices])
-    for name in COMMAND_LINE_SETTINGS:
-        if hasattr(fresh, name):
-            setattr(trainer.optimizer, name, getattr(fresh, name))
+    for name, value in kept.items():
+        setattr(trainer.optimizer, name, value)
+    if scheduler is not None:  # the command line's schedule, not the saved one's settings
+        vars(scheduler).update(scheduler_settings)
 
 
 class GluonAPI:
@@ -105,18 +114,21 @@ class GluonAPI:
         No weight decay on biases and BatchNorm's gamma and beta.
     states_path : str, optional
         A checkpoint's Trainer state to restore.
+    allow_pickle : bool
+        Whether ``states_path`` may be a pickle (an older checkpoint's: see ``--allow-pickle``).
     """
 
     name = "gluon"
 
     def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
-                 soft_targets=False, no_wd=False, states_path=None, hybridize=True):
+                 soft_targets=False, no_wd=False, states_path=None, hybridize=True,
+                 allow_pickle=False):
         self.network, self.scaler, self.ctx = network, scaler, ctx
         self.block, self.net = gluon_network(network, ctx, dtype, no_wd, hybridize)
         self.trainer = make_trainer(self.block.collect_params(), optimizer, dtype, kvstore=kvstore,
                                     **optimizer_params)
         if states_path:
-            load_trainer_states(self.trainer, states_path)
+            load_trainer_states(self.trainer, states_path, allow_pickle)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=not soft_targets)
 
     @property
@@ -155,9 +167,13 @@ class GluonAPI:
         return [self.net(x) for x in self.split(data)]
 
     def snapshot(self):
-        """``(network, save_states)``: the float32 network with its current values, and the
-        function that writes the optimizer state to a path."""
-        return block_to_network(self.block), self.trainer.save_states
+        """``(network, save_states)``: the float32 network with its current values (the Trainer's
+        float32 master weights where it holds them), and the function that writes the optimizer
+        state to a path."""
+        network = block_to_network(self.block)
+        params = self.block.collect_params()
+        network.arg_params = {name: float32_value(params[name]) for name in network.arg_params}
+        return network, functools.partial(optimizer_states.save_trainer_states, self.trainer)
 
     def device_aux(self):
         """The auxiliary states (BatchNorm statistics) of every device, which each updates on its

@@ -14,19 +14,24 @@ import pickle
 import tempfile
 
 from .. import mxnet_internals
+from ..optimizer_states import PICKLE_RISK
 from ..optimizers import adapt_states, master_weight, restore_multi_precision
 from .gluon_api import load_trainer_states
 
 
-def read_states(path):
+def read_states(path, allow_pickle=False):
     """``(states, optimizer)`` of a ``gluon.Trainer.save_states`` file (``optimizer`` None when
-    the file holds the states alone).
+    the file holds the states alone).  Such a file is a pickle, which can run code when read: it is
+    read only with ``allow_pickle`` (``--allow-pickle``).
 
     Raises
     ------
     ValueError
-        If the file is not such a file.
+        If the file is not such a file, or ``allow_pickle`` is False.
     """
+    if not allow_pickle:
+        raise ValueError(f"--resume-states {path}: {PICKLE_RISK}; pass --allow-pickle if you "
+                         "trust this file")
     try:
         with open(path, "rb") as blob:
             saved = pickle.load(blob)
@@ -67,7 +72,7 @@ def reorder_states(states, saved_order, names, path):
             if saved_order[i] in position}
 
 
-def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values):
+def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values, allow_pickle=False):
     """Load GluonCV's ``trainer.save_states`` file ``path`` into ``trainer``.
 
     Parameters
@@ -89,7 +94,7 @@ def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values):
         For a file that is not such a file, holds another optimizer, or another network's states.
     """
     fresh = trainer.optimizer
-    states, optimizer = read_states(path)
+    states, optimizer = read_states(path, allow_pickle)
     if optimizer is not None and type(optimizer) is not type(fresh):
         raise ValueError(f"--resume-states {path} holds the state of a "
                          f"{type(optimizer).__name__} optimizer and this run trains with "
@@ -101,7 +106,7 @@ def load_gluoncv_states(trainer, path, saved_order, *, dtype, master_values):
     try:
         with os.fdopen(handle, "wb") as out:
             pickle.dump((states, optimizer if optimizer is not None else fresh), out)
-        load_trainer_states(trainer, staged)
+        load_trainer_states(trainer, staged, allow_pickle=True)  # the user's trusted file, re-keyed
     finally:
         os.remove(staged)
     saved_masters = {index: master_weight(trainer.optimizer, state)  # of a float16 run

@@ -7,6 +7,7 @@ import mxnet as mx
 
 from ..models import block_to_network, get_network
 from .data import load_data
+from .checkpoint import check_finite
 from .compat import mxnet_checkpoint_start
 from .finetune import checkpoint_network, fine_tune
 from .loop import data_settings, train
@@ -65,7 +66,10 @@ def gluoncv_network(config):
         raise ValueError(f"--resume-params {config.resume_params} does not hold the parameters of "
                          f"--model {config.network} with --num-classes {config.num_classes} "
                          f"({reason}): pass the --model it was trained with") from None
-    return block_to_network(block), tuple(sorted(block.collect_params().keys()))
+    network = block_to_network(block)
+    check_finite({**network.arg_params, **network.aux_params},
+                 f"--resume-params {config.resume_params}")
+    return network, tuple(sorted(block.collect_params().keys()))
 
 
 def train_job(config, metrics_path=None):

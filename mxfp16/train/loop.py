@@ -34,6 +34,7 @@ from .logs import EpochMeter, MetricsLog, epoch_line
 from .metrics import Accuracy, make_targets, mixup_data
 from .module_api import ModuleAPI
 from .monitor import ParameterMonitor
+from .prefix import claim_prefix, claims_early, log_removed
 from .progress import Checkpointer, SavePolicy, seed_batch, skip_batches, stop_vote
 from .schedule import next_learning_rate, optimizer_params
 
@@ -325,12 +326,14 @@ def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
     gluoncv_states = start.states_path if start.states_order else None
     common = dict(ctx=ctx, dtype=config.dtype, kvstore=kvstore, optimizer=config.optimizer,
                   optimizer_params=params, soft_targets=bool(config.label_smoothing or config.mixup),
-                  no_wd=config.no_wd, states_path=None if gluoncv_states else start.states_path)
+                  no_wd=config.no_wd, states_path=None if gluoncv_states else start.states_path,
+                  allow_pickle=config.allow_pickle)
     if config.api == "gluon":
         api = GluonAPI(network, scaler, hybridize=config.mode != "imperative", **common)
         if gluoncv_states:
             load_gluoncv_states(api.trainer, gluoncv_states, start.states_order,
-                                dtype=config.dtype, master_values=network.arg_params)
+                                dtype=config.dtype, master_values=network.arg_params,
+                                allow_pickle=config.allow_pickle)
     else:
         api = ModuleAPI(network, scaler, data_shape=data.train.provide_data[0].shape,
                         num_classes=config.num_classes, **common)
@@ -355,7 +358,8 @@ def _start_point(config, network, scaler, per_epoch, states_order, num_workers,
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
                                 optimizer=config.optimizer, num_epochs=config.num_epochs,
                                 model_prefix=config.model_prefix, settings=config.to_dict(),
-                                num_workers=num_workers, batches_per_epoch=batches_per_epoch)
+                                num_workers=num_workers, batches_per_epoch=batches_per_epoch,
+                                allow_pickle=config.allow_pickle, loss_scale=config.loss_scale)
     if not config.resume and (config.resume_epoch or config.resume_params):
         start = StartPoint(config.resume_epoch, config.resume_epoch * per_epoch,
                            config.resume_states, states_order)
@@ -430,10 +434,13 @@ def train(config, network=None, metrics_path=None, states_order=None):
                             num_workers=num_workers, batches_per_epoch=data.batches_per_epoch,
                             num_devices=len(ctx)) \
         if config.model_prefix and rank == 0 else None
-    with MetricsLog(metrics_path if rank == 0 else None,
-                    config.tensorboard if rank == 0 else None) as metrics_log, \
+    late_claim = save is not None and not claims_early(config.kv_store)
+    with claim_prefix(config.model_prefix if late_claim else None) as removed, \
+            MetricsLog(metrics_path if rank == 0 else None,
+                       config.tensorboard if rank == 0 else None) as metrics_log, \
             worker_profile(config.profile_worker_suffix, rank, num_workers), \
             StopRequest() as stop:
+        log_removed(removed)
         checkpointer = Checkpointer(
             _mid_epoch_saver(api, save), stop,
             SavePolicy(config.save_steps, config.save_minutes), data.batches_per_epoch,
@@ -470,4 +477,5 @@ def data_settings(config):
                 num_threads=config.data_nthreads,
                 seed=config.seed, max_batches=config.max_batches,
                 augmentation=config.augmentation, crop_ratio=config.crop_ratio,
-                num_workers=config.num_data_workers or 0)
+                num_workers=config.num_data_workers or 0,
+                skip_bad_images=config.skip_bad_images)

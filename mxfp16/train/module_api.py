@@ -6,6 +6,7 @@ drives a ``BucketingModule`` keyed by the loss scale (:func:`mxfp16.make_scaled_
 :func:`mxfp16.module_step` per batch.  :mod:`mxfp16.train.loop` runs it through the methods
 :class:`ModuleAPI` shares with :class:`mxfp16.train.gluon_api.GluonAPI`.
 """
+import copy
 import functools
 import logging
 import pickle
@@ -18,7 +19,8 @@ from ..casting import cast_symbol
 from ..casting.params import cast_params
 from ..models import Network
 from ..module import init_optimizer, make_scaled_module, module_step
-from ..optimizers import NO_WD_SUFFIXES, make_optimizer
+from ..optimizer_states import is_pickle_file, read_optimizer_states, save_optimizer_states
+from ..optimizers import NO_WD_SUFFIXES, make_optimizer, master_weight
 from .data import DATA_NAME, LABEL_NAME
 
 log = logging.getLogger("mxfp16.train")
@@ -41,7 +43,7 @@ def training_symbol(network):
 
 
 def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore, optimizer,
-                optimizer_params, no_wd=False, states_path=None):
+                optimizer_params, no_wd=False, states_path=None, allow_pickle=False):
     """A bound, initialized ``BucketingModule`` for ``network`` in ``dtype``, and its optimizer.
 
     Parameters
@@ -100,29 +102,34 @@ def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore
         warnings.filterwarnings("ignore", message=".*rescale_grad.*")
         init_optimizer(module, opt, kvstore)
     if states_path:
-        load_module_states(module, states_path, num_devices=len(ctx))
+        load_module_states(module, states_path, num_devices=len(ctx), allow_pickle=allow_pickle)
     return module, opt
 
 
 def save_module_states(module, path, *, num_devices):
-    """Write a Module's optimizer state as a one-device Module writes it: one entry per parameter
-    (the first device's), so the checkpoint loads onto any number of devices.
+    """Write a Module's optimizer state, without pickle
+    (:func:`mxfp16.optimizer_states.save_optimizer_states`), as a one-device Module holds it: one
+    entry per parameter (the first device's), so the checkpoint loads onto any number of devices.
 
     MXNet's ``save_optimizer_states`` keys the state by ``param_index * num_devices + device``.
     """
     updater = mxnet_internals.module_updater(module)
     states = {index // num_devices: state for index, state in updater.states.items()
               if index % num_devices == 0}
-    with open(path, "wb") as states_file:
-        pickle.dump(states, states_file)
+    save_optimizer_states(path, states)
 
 
-def load_module_states(module, path, *, num_devices):
+def load_module_states(module, path, *, num_devices, allow_pickle=False):
     """Give each of the Module's devices its own copy of the state :func:`save_module_states`
-    wrote (or a one-device Module's ``save_optimizer_states``)."""
-    with open(path, "rb") as states_file:
-        blob = states_file.read()
-    copies = [pickle.loads(blob) for _ in range(num_devices)]
+    wrote (or, with ``allow_pickle``, the pickle a one-device Module's
+    ``save_optimizer_states`` writes)."""
+    if allow_pickle and is_pickle_file(path):
+        with open(path, "rb") as states_file:
+            blob = states_file.read()
+        copies = [pickle.loads(blob) for _ in range(num_devices)]
+    else:
+        states = read_optimizer_states(path)[0]
+        copies = [states] + [copy.deepcopy(states) for _ in range(num_devices - 1)]
     updater = mxnet_internals.module_updater(module)
     updater.states = {index * num_devices + device: state
                       for device, copy in enumerate(copies) for index, state in copy.items()}
@@ -148,13 +155,14 @@ class ModuleAPI:
     name = "module"
 
     def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
-                 soft_targets=False, no_wd=False, states_path=None, data_shape, num_classes):
+                 soft_targets=False, no_wd=False, states_path=None, data_shape, num_classes,
+                 allow_pickle=False):
         self.network, self.scaler = network, scaler
         label_shape = (data_shape[0], num_classes) if soft_targets else (data_shape[0],)
         self.module, self._optimizer = make_module(
             network, scaler, ctx=ctx, dtype=dtype, data_shape=data_shape, label_shape=label_shape,
             kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params, no_wd=no_wd,
-            states_path=states_path)
+            states_path=states_path, allow_pickle=allow_pickle)
         self._num_devices = len(ctx)
         # Workers of a distributed kvstore (or Horovod) agree on skipping a step through it.
         self._step_kvstore = kvstore if isinstance(kvstore, mx.kvstore.KVStoreBase) else None
@@ -193,12 +201,32 @@ class ModuleAPI:
         function that writes the optimizer state to a path."""
         mxnet_internals.refresh_module_params(self.module)
         arg_params, aux_params = self.module.get_params()
+        arg_params = dict(arg_params, **self._master_weights(arg_params))
         network = Network(self.network.symbol,
                           {k: v.astype("float32") for k, v in arg_params.items()},
                           {k: v.astype("float32") for k, v in aux_params.items()},
                           self.network.fixed_param_names, self.network.lr_mult)
         return network, functools.partial(save_module_states, self.module,
                                           num_devices=self._num_devices)
+
+    def _master_weights(self, arg_params):
+        """``{name: float32 master weight}`` the optimizer holds for the float16 weights in
+        ``arg_params`` (state ``param_index * num_devices``, the first device's), where the weight
+        is that copy rounded."""
+        updater = mxnet_internals.module_updater(self.module)
+        names = [name for name in mxnet_internals.module_arrays_per_device(self.module)
+                 if name in arg_params]
+        masters = {}
+        for index, name in enumerate(names):
+            master = master_weight(self._optimizer,
+                                   updater.states.get(index * self._num_devices)) \
+                if updater is not None else None
+            weight = arg_params[name]
+            if master is not None and master.shape == weight.shape and bool(
+                    (master.astype(weight.dtype).as_in_context(weight.context) == weight)
+                    .min().asscalar()):
+                masters[name] = master.copyto(mx.cpu())
+        return masters
 
     def device_aux(self):
         """The auxiliary states (BatchNorm statistics) of every device, which each updates on its

@@ -3,7 +3,8 @@
 import dataclasses
 import logging
 
-from .checkpoint import CheckpointError, check_fits, load_checkpoint
+from ..optimizer_states import PICKLE_RISK
+from .checkpoint import CheckpointError, load_checkpoint
 
 log = logging.getLogger("mxfp16.train")
 
@@ -29,6 +30,45 @@ class StartPoint:
 #: depend on it follow the new value from the resumed batch on.)
 MID_EPOCH_SETTINGS = ("batch_size", "data_dir", "data_train", "synthetic", "num_examples",
                       "max_batches", "val_fraction", "seed")
+
+
+def _examples(names):
+    names = sorted(names)
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def check_fits(params, expected, source, hint):
+    """Raise :class:`CheckpointError` unless ``params`` has exactly ``expected``'s names and shapes.
+
+    Parameters
+    ----------
+    params, expected : dict of str to NDArray
+        Saved values and the network's (arguments and auxiliary states together).
+    source : str
+        What the values come from, for the message.
+    hint : str
+        How to fix a mismatch, for the message.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> check_fits({'w': mx.nd.zeros((2, 3))}, {'w': mx.nd.zeros((4, 3))}, 'run-0001',
+    ...            'pass --num-classes 2')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mxfp16...CheckpointError: run-0001 does not fit the network: ...(w (2, 3) vs (4, 3))...
+    """
+    missing = set(expected) - set(params)
+    unexpected = set(params) - set(expected)
+    wrong = [f"{name} {params[name].shape} vs {expected[name].shape}"
+             for name in sorted(set(params) & set(expected))
+             if params[name].shape != expected[name].shape]
+    problems = [f"{len(names)} {what} parameter(s) ({_examples(names)})"
+                for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
+    if wrong:
+        problems.append(f"{len(wrong)} of other shape ({_examples(wrong)})")
+    if problems:
+        raise CheckpointError(f"{source} does not fit the network: {'; '.join(problems)}; {hint}")
 
 
 def check_mid_epoch_resume(checkpoint, config, num_workers, batches_per_epoch):
@@ -87,14 +127,33 @@ def resume_checkpoint(spec, network, *, api, dtype, optimizer):
     return checkpoint
 
 
+def _restore_scaler(checkpoint, scaler, loss_scale):
+    """The checkpoint's loss-scaler state, unless ``--loss-scale`` was changed for this run: then
+    the new setting is applied, and one line says so."""
+    saved_flag = checkpoint.meta.get("config", {}).get("loss_scale")
+    saved = checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict())
+    if loss_scale is not None and str(loss_scale) != str(saved_flag):
+        keep = f"pass --loss-scale {saved_flag}" if saved_flag else "leave --loss-scale out"
+        log.warning("--loss-scale %s differs from the checkpoint's (%s): the flag wins, the loss "
+                    "scaler starts afresh at %s instead of continuing at the saved %g, because you "
+                    "asked for it; %s to continue exactly", loss_scale,
+                    saved_flag or "the default", loss_scale, saved.get("loss_scale", float("nan")),
+                    keep)
+        return
+    scaler.load_state_dict(saved)
+
+
 def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, model_prefix,
-               settings=None, num_workers=1, batches_per_epoch=None):
+               settings=None, num_workers=1, batches_per_epoch=None, allow_pickle=False,
+               loss_scale=None):
     """The network and :class:`StartPoint` of a run that resumes the checkpoint ``spec``.
 
     The network gets the checkpoint's values and ``scaler`` its state; with no ``spec`` the run
     starts from scratch with ``network`` as given.  A mid-epoch checkpoint is checked against
     ``settings`` (the run's configuration), ``num_workers`` and ``batches_per_epoch`` by
-    :func:`check_mid_epoch_resume`.
+    :func:`check_mid_epoch_resume`.  A checkpoint whose optimizer state is a pickle (saved before
+    checksums) needs ``allow_pickle``.  ``loss_scale`` (``--loss-scale``) other than the
+    checkpoint's is applied, with one warning line; else the saved scaler state continues.
 
     Raises
     ------
@@ -111,7 +170,11 @@ def resume_run(spec, network, scaler, *, api, dtype, optimizer, num_epochs, mode
                          f"all of --num-epochs {num_epochs}: raise --num-epochs to continue")
     if settings is not None:
         check_mid_epoch_resume(checkpoint, settings, num_workers, batches_per_epoch)
-    scaler.load_state_dict(checkpoint.meta.get(scaler.state_dict_key, scaler.state_dict()))
+    if checkpoint.states_pickled and not allow_pickle:
+        raise CheckpointError(f"checkpoint {checkpoint.name!r} has a pickled optimizer state "
+                              f"{checkpoint.states_path} (saved before mxfp16's checkpoint version "
+                              f"2): {PICKLE_RISK}; pass --allow-pickle if you trust it")
+    _restore_scaler(checkpoint, scaler, loss_scale)
     log.info("resuming from checkpoint %s", checkpoint.name)
     if not model_prefix:
         log.warning("no --model-prefix: this run saves no checkpoint (pass --model-prefix %s to "

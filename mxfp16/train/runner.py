@@ -4,6 +4,7 @@ A run ends with the one-line summary on stdout (exit code 0) or with one ``error
 stderr (exit code 2) for every error a user can fix: bad flags, data or checkpoints, a collapsed
 loss scale.  Programming errors still raise, with their traceback.
 """
+import contextlib
 import logging
 import os
 import sys
@@ -13,6 +14,7 @@ from ..loss_scaling import LossScaleCollapse
 from .config import contexts, device_line
 from .horovod_start import check_not_under_horovodrun, start_horovod
 from .logs import format_value, run_files, run_logging
+from .prefix import check_log_file, claim_prefix, claims_early, log_removed
 from .progress import TrainingStopped, resume_command, stopped_line
 
 log = logging.getLogger("mxfp16.train")
@@ -135,15 +137,20 @@ def run_job(parser, config_type, job, argv=None):
         rank, first_line = _horovod_rank(config)
         log_file, metrics_path = run_files(config.log_file, config.model_prefix) \
             if rank == 0 else (None, None)
-        with run_logging(log_file, logging.INFO if rank == 0 else logging.WARNING):
-            _start_run(config, first_line)
-            try:
-                record = job(config, metrics_path=metrics_path)
-            except TrainingStopped as stopped:  # SIGTERM or SIGINT: saved, one line, 143 / 130
-                if stopped.rank == 0:
-                    command = resume_command([sys.argv[0], *argv], stopped.prefix or "PREFIX")
-                    log.warning(stopped_line(stopped, command))
-                return stopped.exit_code
+        owner = rank == 0 and claims_early(config.kv_store)
+        with (claim_prefix(config.model_prefix) if owner else contextlib.nullcontext([])) \
+                as removed:
+            check_log_file(log_file)
+            with run_logging(log_file, logging.INFO if rank == 0 else logging.WARNING):
+                _start_run(config, first_line)
+                log_removed(removed)
+                try:
+                    record = job(config, metrics_path=metrics_path)
+                except TrainingStopped as stopped:  # a stop signal: saved, one line, 143 / 130
+                    if stopped.rank == 0:
+                        command = resume_command([sys.argv[0], *argv], stopped.prefix or "PREFIX")
+                        log.warning(stopped_line(stopped, command))
+                    return stopped.exit_code
     except (ValueError, OSError, LossScaleCollapse, HorovodUnavailable) as error:
         print(error_line(error), file=sys.stderr)
         return 2
@@ -154,4 +161,27 @@ def run_job(parser, config_type, job, argv=None):
     if rank:  # the job's summary is rank 0's
         return 0
     print(summary_line(config.run_name, config.dtype, config.api, record, config.top_k))
+    return 0
+
+
+def run_command(parser, config_type, job, argv=None):
+    """The body of a script that is not a training run (``scripts/evaluate.py``,
+    ``scripts/export.py``): parse, check, run with console logging; return the exit code.
+
+    ``job(config)`` returns the one summary line, printed on stdout (exit code 0); a user error
+    (``ValueError``, ``OSError``; ``RuntimeError`` for a written file that fails its check) is one
+    ``error: ...`` line on stderr and exit code 2.
+    """
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:
+        return exit_request.code
+    try:
+        config = config_type(**vars(args)).checked()
+        with run_logging(None):
+            line = job(config)
+    except (ValueError, OSError, RuntimeError) as error:
+        print(error_line(error), file=sys.stderr)
+        return 2
+    print(line)
     return 0

@@ -10,6 +10,7 @@ from mxnet.gluon.data.vision import transforms
 
 from ... import mxnet_internals
 from .augmentation import FolderAugmenter, normalised_tensor, recipe_of
+from .workers import WorkerLoader
 from .base import (
     COLOR_JITTER,
     CROP_RATIO,
@@ -279,15 +280,15 @@ class _LoaderIter(FixedShapeIter):
 
 def _loader_iter(items, transform, batch_size, image_shape, shuffle, num_workers):
     dataset = gluon.data.SimpleDataset(list(items)).transform_first(_read_image)
-    loader = gluon.data.DataLoader(dataset.transform_first(transform), batch_size=batch_size,
-                                   shuffle=shuffle, last_batch="keep", num_workers=num_workers)
+    loader = WorkerLoader(dataset.transform_first(transform), batch_size=batch_size,
+                          shuffle=shuffle, last_batch="keep", num_workers=num_workers)
     return _LoaderIter(loader, batch_size, image_shape)
 
 
 def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter=COLOR_JITTER,
                  lighting=0.0, mean_rgb=IMAGENET_MEAN_RGB, std_rgb=IMAGENET_STD_RGB, num_workers=0,
                  num_parts=1, part_index=0, augmentation=None, crop_ratio=CROP_RATIO,
-                 shard_val=False):
+                 shard_val=False, exclude=frozenset()):
     """Training and validation batches read straight from an image folder (Gluon transforms).
 
     The folder is listed and split by :func:`split_image_folder`: ``root/train`` and ``root/val`` when
@@ -322,6 +323,8 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
         Replaces ``jitter``, ``lighting``, ``mean_rgb`` and ``std_rgb``.
     crop_ratio : float
         Validation centre crop as a fraction of the resized shorter side.
+    exclude : set of str
+        Image paths to leave out (files found broken, ``--skip-bad-images``).
 
     Returns
     -------
@@ -351,6 +354,10 @@ def folder_iters(root, batch_size, image_shape, val_fraction=0.2, seed=0, jitter
     check_positive("batch_size", batch_size)
     check_part(num_parts, part_index)
     split = split_image_folder(root, val_fraction, seed)
+    if exclude:
+        split = ImageFolderSplit(split.classes, tuple(i for i in split.train if i[0] not in exclude),
+                                 tuple(i for i in split.val if i[0] not in exclude),
+                                 split.non_images)
     shard = split.train[part_index::num_parts]
     if not shard:
         raise DataError(f"part {part_index} of {num_parts} of image folder {root!r} has no training "

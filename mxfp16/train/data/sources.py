@@ -3,6 +3,8 @@
 Every source is an ``mx.io.DataIter`` yielding float32 batches of exactly ``batch_size`` (see
 :mod:`mxfp16.train.data.base`), so both APIs consume the same objects.
 """
+import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 
@@ -10,7 +12,10 @@ import mxnet as mx
 
 from .base import CROP_RATIO, DataError, check_labels, synthetic_iter
 from .folders import folder_iters, split_image_folder
+from .image_check import bad_images
 from .recordio import check_record_file, record_iter
+
+log = logging.getLogger("mxfp16.train")
 
 
 @dataclass
@@ -27,7 +32,7 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
               data_val=None, data_val_idx=None, data_dir=None, val_fraction=0.2, synthetic=False,
               num_examples=1281167, num_threads=4, num_parts=1, part_index=0, seed=0,
               max_batches=0, augmentation=None, crop_ratio=CROP_RATIO, num_workers=0,
-              shard_val=False):
+              shard_val=False, skip_bad_images=False):
     """The training and validation data chosen by the data flags.
 
     RecordIO files (``data_train``, ``data_val``) are read by ``ImageRecordIter`` with the ImageNet
@@ -39,7 +44,9 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
     ``crop_ratio`` (validation centre crop) apply to files and folders alike.  ``num_threads``
     decode ``.rec`` files; ``num_workers`` processes decode an image folder (0: this process).
     ``shard_val`` shards the validation data of files and folders like the training data (a
-    Horovod rank validates its part and the counts are summed).
+    Horovod rank validates its part and the counts are summed).  An image folder's files are
+    checked first (:mod:`~mxfp16.train.data.image_check`): one that is not a whole JPEG/PNG file is
+    an error, or, with ``skip_bad_images``, left out with a counted warning.
 
     Returns
     -------
@@ -63,7 +70,8 @@ def load_data(*, batch_size, image_shape, num_classes, data_train=None, data_tra
     elif data_dir:
         loaded = _folder_data(data_dir, batch_size, image_shape, num_classes, val_fraction, seed,
                               num_parts, part_index, augmentation=augmentation,
-                              crop_ratio=crop_ratio, num_workers=num_workers, shard_val=shard_val)
+                              crop_ratio=crop_ratio, num_workers=num_workers, shard_val=shard_val,
+                              skip_bad_images=skip_bad_images)
     else:
         loaded = _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size,
                               image_shape, num_threads, num_parts, part_index, seed,
@@ -82,20 +90,45 @@ def _synthetic_data(batch_size, image_shape, num_classes, num_examples, seed):
     return TrainData(train, val, num_batches, "synthetic data")
 
 
+def _screened(root, split, skip_bad_images):
+    """The images of ``split`` to leave out (see :func:`load_data`)."""
+    items = split.train + split.val
+    bad = bad_images([path for path, _ in items])
+    if not bad:
+        return frozenset()
+    example = f"{bad[0][0]} {bad[0][1]}"
+    if not skip_bad_images:
+        raise DataError(f"{len(bad)} of the {len(items)} images of {root} are not whole JPEG/PNG "
+                        f"files ({example}{', ...' if len(bad) > 1 else ''}): remove or replace "
+                        "them, or pass --skip-bad-images to leave them out")
+    log.warning("--skip-bad-images: left out %d of the %d images of %s, which are not whole "
+                "JPEG/PNG files (%s%s)", len(bad), len(items), root, example,
+                ", ..." if len(bad) > 1 else "")
+    return frozenset(path for path, _ in bad)
+
+
 def _folder_data(root, batch_size, image_shape, num_classes, val_fraction, seed, num_parts,
-                 part_index, **augmentation):
+                 part_index, skip_bad_images=False, **augmentation):
     split = split_image_folder(root, val_fraction, seed)
+    exclude = _screened(root, split, skip_bad_images)
+    if exclude:
+        split = dataclasses.replace(split, train=_kept(split.train, exclude),
+                                    val=_kept(split.val, exclude))
     if len(split.classes) > num_classes:
         raise DataError(f"image folder {root!r} has {len(split.classes)} classes but "
                                  f"--num-classes is {num_classes}: pass --num-classes "
                                  f"{len(split.classes)}")
     train, val, _ = folder_iters(root, batch_size, image_shape, val_fraction, seed,
                                           num_parts=num_parts, part_index=part_index,
-                                          **augmentation)
+                                          exclude=exclude, **augmentation)
     shard_size = len(split.train[part_index::num_parts])
     return TrainData(train, val, math.ceil(shard_size / batch_size),
                      f"image folder {root} ({len(split.classes)} classes, {len(split.train)} "
                      f"training and {len(split.val)} validation images)")
+
+
+def _kept(items, exclude):
+    return tuple(item for item in items if item[0] not in exclude)
 
 
 def _record_data(data_train, data_train_idx, data_val, data_val_idx, batch_size, image_shape,

@@ -1,0 +1,185 @@
+"""Loss scaling behind ``amp.init_trainer`` / ``scale_loss`` / ``unscale``, on any gluon.Trainer.
+
+gluon.Trainer (MXNet 1.9.1) has one hook for AMP: before each update, ``Trainer._update`` asks
+``trainer._amp_loss_scaler.has_overflow(params)`` and skips the update when it says so.  That is
+the only attribute ``init_trainer`` sets; the Trainer's methods stay its own, so Horovod's
+``DistributedTrainer``, ``allreduce_grads()`` + ``update()`` and ``step()`` all keep working.  The
+hook is a :class:`TrainerScaling`, which drives an :class:`mxfp16.LossScaler`: the check covers
+every gradient on every device, after aggregation, and the scale is undone through the
+optimizer's ``rescale_grad`` (float32 arithmetic inside the update) unless ``unscale`` already
+divided the gradients.
+"""
+import logging
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+from .. import mxnet_internals
+from ..grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
+from ..loss_heads import HeadCheck, describe
+from ..loss_scaling import LossScaler, make_loss_scaler
+from ..master_weights import check_optimizer
+from ..optimizers import check_updates_on_workers, rescale_grad, restore_multi_precision
+from ..trainer import SCALER_STATE_ATTRIBUTE
+
+log = logging.getLogger(__name__)
+
+#: The smallest loss scale of ``init_trainer``'s dynamic scaler.  Below 1, as MXNet AMP's halving
+#: (which has no bound) reaches: losses summed over thousands of anchors (YOLOv3's objectness)
+#: give float16 gradients that overflow even unscaled, and train at a scale of 1/2**k.
+AMP_MIN_SCALE = 2.0 ** -24
+
+
+class TrainerScaling:
+    """What ``init_trainer`` attaches to a Trainer: its loss scaler and this step's bookkeeping.
+
+    Parameters
+    ----------
+    trainer : gluon.Trainer
+        Any Trainer (``hvd.DistributedTrainer`` too) that updates on the workers.
+    scaler : mxfp16.LossScaler
+        Float16: a dynamic scaler with the measured ``'auto'`` start; bfloat16: a disabled one.
+    dtype : {'float16', 'bfloat16'}
+    """
+
+    def __init__(self, trainer, scaler, dtype):
+        self.trainer = trainer
+        self.scaler = scaler
+        self.dtype = dtype
+        self.scaled_with = None  # the scale this step's loss was multiplied by
+        self.unscaled = False  # unscale() divided this step's gradients already
+        self._optimizer = None  # the optimizer last seen: load_states replaces it
+        self._head_check = HeadCheck()
+        self._warned_heads = False
+        self._adopt_optimizer()
+
+    @property
+    def loss_scale(self):
+        """The scale the next ``scale_loss`` multiplies by (MXNet AMP's ``LossScaler`` name)."""
+        return self.scaler.loss_scale
+
+    def _adopt_optimizer(self):
+        """Give the Trainer's optimizer (a new one after ``trainer.load_states``) float32 master
+        weights and the scaler's state; a loaded one hands the scaler the state it was saved with."""
+        optimizer = self.trainer.optimizer
+        if optimizer is self._optimizer:
+            return
+        saved = optimizer.__dict__.get(SCALER_STATE_ATTRIBUTE)
+        if self._optimizer is not None and saved is not None:
+            self.scaler.load_state_dict(saved)
+        if self.dtype == "float16":  # float16 weights: the optimizer must keep float32 copies
+            check_optimizer(type(optimizer).__name__, optimizer)
+        restore_multi_precision(optimizer, self.dtype)
+        self._optimizer = optimizer
+        self._publish()
+
+    def _publish(self):
+        """Keep the scaler's state on the optimizer, so ``trainer.save_states`` saves it."""
+        setattr(self._optimizer, SCALER_STATE_ATTRIBUTE, self.scaler.state_dict())
+
+    def scale(self, loss):
+        """The loss (or list of losses) times the loss scale, recorded for this step.
+
+        The first call sets up the Trainer's kvstore (as its first step would) and refuses one
+        that would update the weights inside the gradient exchange, before any update."""
+        if not mxnet_internals.trainer_kvstore_ready(self.trainer):
+            with autograd.pause():
+                mxnet_internals.init_trainer_kvstore(self.trainer)
+            check_updates_on_workers(self.trainer)
+        self._adopt_optimizer()
+        heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
+        if self.scaler.enabled and self.scaler.loss_scale != 1.0 and self._ignores_head(heads):
+            self.scaled_with = 1.0  # the scale would not reach the gradients (mxfp16.Trainer's rule)
+            return loss
+        self.scaled_with = self.scaler.loss_scale
+        return self.scaler.scale(loss)
+
+    def _ignores_head(self, heads):
+        """Whether the losses pass through an op whose backward ignores the head gradient
+        (``SoftmaxOutput``, ``MakeLoss``; GluonCV's segmentation losses), logged once."""
+        ops = self._head_check.ops(heads, flat_trainer_grads(self.trainer))
+        if ops and not self._warned_heads:
+            log.warning("mxfp16.amp: %s", describe(ops))
+            self._warned_heads = True
+        return bool(ops)
+
+    def unscale(self):
+        """Divide this step's gradients, on every device, by the scale of their loss."""
+        if not self.scaler.enabled or self.scaled_with is None:
+            return
+        if self.unscaled:
+            raise RuntimeError("amp.unscale(trainer) was already called since the last step: the "
+                               "gradients would be divided by the loss scale twice; call it once "
+                               "per step, after backward and before trainer.step/update")
+        for grads in trainer_grads(self.trainer):
+            for grad in grads:
+                grad *= 1.0 / self.scaled_with
+        self.unscaled = True
+
+    def has_overflow(self, params):  # noqa: ARG002 - gluon.Trainer's call passes its params
+        """gluon.Trainer's hook, called after aggregation and before the update: whether to skip.
+
+        Checks every gradient on every device (one host sync), undoes the loss scale through the
+        optimizer's ``rescale_grad``, and moves the scale (halved on overflow; after
+        ``growth_interval`` clean steps doubled; the first step measures the ``'auto'`` start).
+        """
+        self._adopt_optimizer()
+        check_updates_on_workers(self.trainer)
+        scale = 1.0 if self.unscaled else (self.scaled_with or 1.0)
+        self.scaled_with, self.unscaled = None, False
+        if not self.scaler.enabled:
+            return False
+        grads = flat_trainer_grads(self.trainer)
+        finite = all_finite(grads)
+        if finite and self.scaler.needs_start:
+            self.scaler.start_from(max_magnitude(grads) / scale * self.scaler.loss_scale)
+        if finite:
+            optimizer = self.trainer.optimizer
+            optimizer.rescale_grad = optimizer.rescale_grad * rescale_grad(scale)
+        self.scaler.update(finite)
+        self._publish()
+        return not finite
+
+
+def _trainer_of(optimizer_or_trainer, function):
+    if isinstance(optimizer_or_trainer, gluon.Trainer):
+        return optimizer_or_trainer
+    if isinstance(optimizer_or_trainer, mx.optimizer.Optimizer):
+        raise TypeError(f"amp.{function} takes the gluon.Trainer, got the optimizer "
+                        f"{type(optimizer_or_trainer).__name__}: pass the Trainer (for Module, "
+                        "use amp.convert_bucketing_module and mxfp16.module_step)")
+    raise TypeError(f"amp.{function} takes a gluon.Trainer, got "
+                    f"{type(optimizer_or_trainer).__name__}")
+
+
+def attach(trainer, dtype, loss_scale=None):
+    """Attach a :class:`TrainerScaling` to ``trainer`` (once) and return it."""
+    trainer = _trainer_of(trainer, "init_trainer")
+    hook = getattr(trainer, "_amp_loss_scaler", None)
+    if isinstance(hook, TrainerScaling):
+        return hook
+    if mxnet_internals.trainer_update_on_kvstore_setting(trainer):
+        raise ValueError("amp.init_trainer: this Trainer was created with update_on_kvstore=True, "
+                         "which updates the weights inside the gradient exchange, before an "
+                         "overflow can skip the step: create it with update_on_kvstore=False, as "
+                         "GluonCV's scripts do under --amp")
+    scaler = loss_scale if isinstance(loss_scale, LossScaler) else \
+        make_loss_scaler(loss_scale, dtype, min_scale=AMP_MIN_SCALE)
+    hook = TrainerScaling(trainer, scaler, dtype)
+    trainer._amp_loss_scaler = hook  # the attribute gluon.Trainer._update reads
+    # The one MXNet AMP's own scale_loss reads too: GluonCV's R-CNN ForwardBackwardTask imports
+    # mxnet.contrib.amp itself; its scale_loss then scales by this hook's loss_scale and undoes
+    # it through trainer._scale, so has_overflow (which saw no mxfp16 scale_loss) divides by 1.
+    trainer._amp_original_scale = mxnet_internals.trainer_scale(trainer)
+    return hook
+
+
+def hook_of(optimizer_or_trainer, function):
+    """The :class:`TrainerScaling` of a Trainer, or the error naming ``amp.init_trainer``."""
+    trainer = _trainer_of(optimizer_or_trainer, function)
+    hook = getattr(trainer, "_amp_loss_scaler", None)
+    if not isinstance(hook, TrainerScaling):
+        raise RuntimeError(f"amp.{function}: this Trainer has no mxfp16 loss scaler; call "
+                           "amp.init_trainer(trainer) after creating it (with "
+                           "`from mxfp16 import amp`)")
+    return hook
