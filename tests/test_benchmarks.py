@@ -267,7 +267,7 @@ def test_detection_parity_quick_trains_ssd_and_yolo3_in_every_dtype(load_benchma
         assert row["dtype"] != "float32" or row["vs_float32_range"] == "within"
 
 
-def test_detection_speed_quick_counts_fewer_casts_than_amp(load_benchmark, tmp_path):
+def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_path):
     module = load_benchmark("detection_speed")
     record, markdown = run_quick(module, tmp_path, "--detectors", "ssd_mobilenet0.25")
     (result,) = record["results"]
