@@ -4,9 +4,9 @@ tutorial, on a detection set of handwritten digits.
 MXNet's AMP tutorial trains GluonCV's SSD (``ssd_512_resnet50_v1``) on Pascal VOC.  This script trains
 the same detector family on data every machine has: scikit-learn's handwritten digits scaled up and
 placed at random on a noisy canvas (1 to 3 per image, 10 classes; ``common.digit_detection_set``).
-Its default is tiny, a mobilenet0.25 base on 128-pixel images, so that it trains on a CPU in about a
-minute; ``--network resnet50_v1 --data-shape 512`` is the tutorial's base and size.  The rest is
-GluonCV's training script (``scripts/detection/ssd/train_ssd.py``): targets from
+Its default is tiny, a mobilenet0.25 base on 128-pixel images and 200 steps, so that it trains on a
+CPU in under a minute; ``--network resnet50_v1 --data-shape 512`` is the tutorial's base and size.
+The rest is GluonCV's training script (``scripts/detection/ssd/train_ssd.py``): targets from
 ``SSDTargetGenerator`` with the anchors of a training-mode forward, ``SSDMultiBoxLoss`` (hard
 negative mining 3:1), SGD with momentum, and ``VOC07MApMetric`` after NMS (0.45, top 400).
 GluonCV's photometric and geometric augmentation is left out: a flipped digit is another symbol.
@@ -14,7 +14,7 @@ The network is cast with ``mxfp16.cast_block`` and trained by ``mxfp16.Trainer``
 scaling in float16); box decoding and NMS run in float32.
 
     python examples/ssd_detection.py --dtype float16
-    python examples/ssd_detection.py --dtype bfloat16 --network resnet18_v1 --num-epochs 4
+    python examples/ssd_detection.py --dtype bfloat16 --network resnet50_v1 --num-epochs 4
 
 It ends with one line: ``ssd_detection: dtype=float16 ... map=...``, the VOC07 mAP at IoU 0.5 on
 unseen digits.
@@ -75,7 +75,7 @@ def ssd_targets(net, labels, data_shape):
 
 
 def get_args_parser():
-    parser = make_parser(__doc__.split("\n\n")[0], epochs=3, batch_size=16, lr=0.02)
+    parser = make_parser(__doc__.split("\n\n")[0], epochs=2, batch_size=16, lr=0.02)
     add = parser.add_argument
     add("--network", default="mobilenet0.25", choices=tuple(FEATURES),
         help="SSD base network (default: mobilenet0.25)")
