@@ -9,6 +9,7 @@ import inspect
 import sys
 
 import mxnet as mx
+import numpy as np
 
 #: Standard-library modules whose docstrings make the examples' text corpus: long, English, and in
 #: every CPython since 3.7 (their wording changes a little between versions).
@@ -105,6 +106,90 @@ def stdlib_docstrings(modules=DOC_MODULES):
                  if doc]
     return docs
 
+
+#: The digits' classes, as a detector's ``classes``.
+DIGIT_CLASSES = tuple(str(digit) for digit in range(10))
+
+
+def digit_detection_set(num_images, size=128, seed=0, max_digits=3, split="train"):
+    """A detection data set made of scikit-learn's handwritten digits (shipped with it: no download)
+    scaled up and placed at random on a noisy canvas, with their boxes and classes.
+
+    Each image holds 1 to ``max_digits`` digits that do not overlap, each scaled by a whole factor to
+    a side of 16 to 40 pixels at ``size=128`` (in proportion at other sizes) and tinted a random colour; the
+    box is the tight box of the digit's ink.  ``split='train'`` draws from four fifths of the 1797
+    digits and ``'test'`` from the other fifth, so test digits are unseen ones.  The same arguments
+    give the same images.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(images, labels)``: float32 ``(N, 3, size, size)`` in [0, 1], and float32
+        ``(N, max_digits, 5)`` rows ``xmin, ymin, xmax, ymax, class`` in pixels, padded with -1
+        (GluonCV's layout of ground truths).
+
+    >>> images, labels = digit_detection_set(2, size=64, seed=1)
+    >>> images.shape, labels.shape
+    ((2, 3, 64, 64), (2, 3, 5))
+    """
+    from sklearn.datasets import load_digits
+
+    if split not in ("train", "test"):
+        raise UsageError(f"split {split!r}: choose 'train' or 'test'")
+    digits = load_digits()
+    chosen = np.arange(len(digits.images)) % 5 == (4 if split == "test" else 0)
+    chosen = ~chosen if split == "train" else chosen
+    glyphs, classes = digits.images[chosen] / 16.0, digits.target[chosen]
+    rng = np.random.RandomState(seed)
+    images = rng.uniform(0, 0.15, (num_images, 3, size, size)).astype(np.float32)
+    labels = np.full((num_images, max_digits, 5), -1, np.float32)
+    for index in range(num_images):
+        boxes = []
+        for _ in range(rng.randint(1, max_digits + 1)):
+            pick = rng.randint(len(glyphs))
+            scale = max(1, round(rng.randint(2, 6) * size / 128))
+            glyph = np.kron(glyphs[pick], np.ones((scale, scale)))
+            box = _place(glyph, size, boxes, rng)
+            if box is None:
+                continue
+            x, y = box
+            ink = np.argwhere(glyph > 0.25)
+            (top, left), (bottom, right) = ink.min(0), ink.max(0) + 1
+            colour = rng.uniform(0.5, 1.0, (3, 1, 1))
+            patch = images[index, :, y:y + glyph.shape[0], x:x + glyph.shape[1]]
+            np.maximum(patch, glyph[None] * colour, out=patch)
+            labels[index, len(boxes)] = (x + left, y + top, x + right, y + bottom, classes[pick])
+            boxes.append((x, y, x + glyph.shape[1], y + glyph.shape[0]))
+    return images, labels
+
+
+def detection_map(net, images, labels, batch_size=50, ctx=None):
+    """A detector's VOC07 mAP at IoU 0.5 (GluonCV's ``VOC07MApMetric``, as GluonCV's training
+    scripts validate) on ``images`` and ``labels`` of :func:`digit_detection_set`.
+
+    ``net(x)`` must return GluonCV's ``(ids, scores, bboxes)``; boxes are clipped to the image as
+    GluonCV's scripts do.  The network is called in inference mode on ``ctx`` (default: CPU).
+    """
+    from gluoncv.utils.metrics.voc_detection import VOC07MApMetric
+
+    ctx = ctx or mx.cpu()
+    metric = VOC07MApMetric(iou_thresh=0.5, class_names=DIGIT_CLASSES)
+    for start in range(0, len(images), batch_size):
+        ids, scores, bboxes = net(mx.nd.array(images[start:start + batch_size], ctx=ctx))
+        truth = labels[start:start + batch_size]
+        metric.update(bboxes.clip(0, images.shape[-1]), ids, scores, truth[:, :, :4],
+                      truth[:, :, 4:5])
+    return float(metric.get()[1][-1])
+
+def _place(glyph, size, boxes, rng, tries=20):
+    """A top-left corner where ``glyph`` lies inside the canvas and off every box, or None."""
+    height, width = glyph.shape
+    for _ in range(tries):
+        x, y = rng.randint(0, size - width + 1), rng.randint(0, size - height + 1)
+        if all(x >= right or x + width <= left or y >= bottom or y + height <= top
+               for left, top, right, bottom in boxes):
+            return x, y
+    return None
 
 def run(main, argv=None):
     """Run an example's ``main``: a user error is one ``error:`` line and exit code 2."""

@@ -5,8 +5,10 @@ of the loss-scaling benchmark), never on wall-clock times.
 """
 import importlib.util
 import json
+import math
 import os
 
+import numpy as np
 import pytest
 
 BENCHMARKS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -244,6 +246,47 @@ def test_rnn_emulation_error_quick_stays_within_float16_resolution(load_benchmar
     assert all(worst < 1e-5 for worst, _ in rows["unrolled, no rounding"].values())
 
 
+def test_detection_parity_quick_trains_ssd_and_yolo3_in_every_dtype(load_benchmark, tmp_path):
+    module = load_benchmark("detection_parity")
+    record, markdown = run_quick(module, tmp_path)
+    pairs = [(d, t) for d in ("ssd_mobilenet0.25", "yolo3_mobilenet0.25")
+             for t in ("float32", "float16", "bfloat16")]
+    assert [(row["detector"], row["dtype"]) for row in record["summary"]] == pairs
+    assert [(run["detector"], run["dtype"]) for run in record["runs"]] == pairs  # one seed
+    assert len(table_rows(markdown)) == 6 and "Errors:" not in markdown
+    for run in record["runs"]:
+        assert "error" not in run, run
+        assert 0.0 <= run["map"] <= 1.0 and all(np.isfinite(run["final_losses"]))
+        # dynamic loss scaling in float16 only ('auto': YOLOv3's large first gradients keep 1)
+        assert math.log2(run["final_loss_scale"]).is_integer()
+        assert run["final_loss_scale"] == 1 or run["dtype"] == "float16"
+    ssd_float16 = record["runs"][1]
+    assert ssd_float16["final_loss_scale"] > 1 and ssd_float16["skipped_steps"] == 0
+    for row in record["summary"]:
+        assert row["vs_float32_range"] in ("within", "better", "worse")
+        assert row["dtype"] != "float32" or row["vs_float32_range"] == "within"
+
+
+def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_path):
+    module = load_benchmark("detection_speed")
+    record, markdown = run_quick(module, tmp_path, "--detectors", "ssd_mobilenet0.25")
+    (result,) = record["results"]
+    rows = result["rows"]
+    assert [row["dtype"] for row in rows] == ["float32", "float16", "bfloat16"]
+    for row in rows:
+        assert len(row["step_times_s"]) == 2 and all(t > 0 for t in row["step_times_s"])
+    assert rows[0]["speedups_over_float32"] == [1.0, 1.0]
+    # both cast the images to float16 first and return float32 class and box predictions
+    for casts in result["casts"].values():
+        assert casts["cast_inputs"][0] == ["data"], casts
+        assert casts["tensors"] >= casts["nodes"] >= 3
+    profile = result["profile_ms_per_step"]
+    assert list(profile) == ["float32", "float16", "bfloat16"]
+    assert "Convolution" in profile["float32"] and "_backward_Convolution" in profile["bfloat16"]
+    # speed rows; the casts table's header and row; the profile's header, 10 operators and total
+    assert len(table_rows(markdown)) == 3 + 2 + 12
+
+
 @pytest.mark.parametrize("name, argv, message", [
     ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
@@ -256,6 +299,8 @@ def test_rnn_emulation_error_quick_stays_within_float16_resolution(load_benchmar
     ("sequence_parity", ["--tasks", "mnist"], "unknown task(s) ['mnist']"),
     ("lm_loss_scaling", ["--log2-factors", "4,x"], "integers in [-40, 0]"),
     ("sequence_speed", ["--units", "250", "--heads", "4"], "--units 250 is not a multiple"),
+    ("detection_parity", ["--detectors", "ssd_vgg16"], "unknown detector(s) ['ssd_vgg16']"),
+    ("detection_speed", ["--size", "100"], "--size 100: pass a power of two >= 64"),
 ])
 def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
     assert load_benchmark(name).main(argv) == 2

@@ -16,7 +16,7 @@ import pytest
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
-            "module_image_classification", "bert_classifier", "preemptible_loop")
+            "module_image_classification", "bert_classifier", "preemptible_loop", "ssd_detection")
 IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
 
 
@@ -128,6 +128,26 @@ def test_bert_classifier_learns_which_module_a_sentence_documents(dtype, capsys)
     # the default size); the largest class is 42% of the sentences
     assert float(summary["val_acc"]) > 0.3
     assert (summary["classes"], summary["dtype"]) == ("4", dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_ssd_detection_learns_the_digit_boxes(dtype, capsys):
+    code, lines, summary = run_example("ssd_detection", [
+        "--dtype", dtype, "--data-shape", "64", "--num-train", "64", "--num-val", "16",
+        "--batch-size", "8", "--num-epochs", "2"], capsys)
+    assert code == 0
+    class_losses = epoch_values(lines, "class")
+    assert class_losses[-1] < class_losses[0]  # 8 steps an epoch: the mAP is still near 0 here
+    assert 0.0 <= float(summary["map"]) <= 1.0
+    assert (summary["dtype"], summary["network"], summary["data_shape"]) == (dtype, "mobilenet0.25",
+                                                                             "64")
+    scale = float(summary["loss_scale"])
+    assert math.log2(scale).is_integer() and (scale > 1) == (dtype == "float16")
+
+
+def test_ssd_detection_names_a_bad_data_shape():
+    with pytest.raises(ValueError, match=r"^--data-shape 100: pass a power of two >= 64, e\.g\. 128$"):
+        load_example("ssd_detection").main(["--data-shape", "100"])
 
 
 def test_the_guide_links_every_example_and_every_link_exists():
