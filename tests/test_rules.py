@@ -15,7 +15,7 @@ def test_every_row_names_a_known_rule_and_a_reason():
 
 @pytest.mark.parametrize("args, message", [
     (("relu", "fast", "why"), "unknown dtype rule 'fast'"),
-    (("take", "index", "ids"), "names its index input positions"),
+    (("take", "index", "ids"), "names its input positions"),
     (("relu", "grid", ""), "has no reason"),
 ])
 def test_a_bad_row_is_refused_with_the_fix(args, message):

@@ -21,8 +21,9 @@ from mxnet import autograd, gluon
 from .. import mxnet_internals
 from .amp_graph import cast_with_amp, float32_tail
 from .block import CastBlock
-from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS,
-                    INDEX_INPUTS, applies, check_dtype, check_mode)
+from .boundary import Boundary
+from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS, INDEX_INPUTS, SHAPE_INPUTS, applies,
+                    check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
 from .signature import (block_inputs, call_structure, describe_call, describe_signature,
                         imperative_call_error)
@@ -42,13 +43,20 @@ def _target_dtype(node, tail=False):
         "float32" if tail or applies("float32", node) else "float16")
 
 
-def _consumer_dtypes(rw, tail):
-    """``{old node id: set of dtypes its consumers run in}``, index inputs left out."""
+def _skipped(op):
+    """Input positions that take no dtype from the op: index inputs and shape-only inputs."""
+    return INDEX_INPUTS.get(op, ()) + SHAPE_INPUTS.get(op, ())
+
+
+def _consumer_dtypes(rw, tail, shape_only=frozenset()):
+    """``{old node id: set of dtypes its consumers run in}``, index and shape inputs, and the
+    ops read only for their shape, left out."""
     wanted = {}
     for old_id, node in enumerate(rw.old_nodes):
-        if node["op"] == "null" or not node["inputs"] or node.get("attrs", {}).get(MARK):
+        if node["op"] == "null" or not node["inputs"] or node.get("attrs", {}).get(MARK) \
+                or old_id in shape_only:
             continue  # inserted casts of an earlier cast are not consumers: they are dropped
-        skip = INDEX_INPUTS.get(node["op"], ())
+        skip = _skipped(node["op"])
         for position, entry in enumerate(node["inputs"]):
             if position not in skip:
                 wanted.setdefault(entry[0], set()).add(_target_dtype(node, old_id in tail))
@@ -82,8 +90,11 @@ _FLOAT_KINDS = ("float16", "float32")
 
 def _cast_op(rw, old_id, node, inputs, kind, tail):
     """Emit an op with inputs in the float16 graph: its inputs cast to the dtype it runs in; return
-    that dtype.  Ops on integer values only (valid lengths, positions cast to int32) stay so."""
-    skip = INDEX_INPUTS.get(node["op"], ())
+    that dtype.  Ops on integer values (valid lengths, shape_array) stay so; shapes are read as is."""
+    skip = _skipped(node["op"])
+    if skip and len(skip) == len(inputs) and node["op"] in SHAPE_INPUTS:  # shape_array: integers
+        rw.emit(node, inputs, old_id)
+        return "int64"
     kinds = [kind.get(e[0]) for i, e in enumerate(inputs) if i not in skip]
     if kinds and all(k is not None and k not in _FLOAT_KINDS for k in kinds):
         rw.emit(node, inputs, old_id)
@@ -105,11 +116,15 @@ def _cast_whole_graph(sym, data_names):
     Every op runs in float16 but those of :data:`~mxfp16.casting.rules.FLOAT32_OPS`, which take float32
     and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
     (softmax between two batch_dots, LayerNorm between GEMMs), and those no GEMM reads
-    (:func:`~mxfp16.casting.amp_graph.float32_tail`: box decoding, NMS, losses).
+    (:func:`~mxfp16.casting.amp_graph.float32_tail`: box decoding, NMS, losses).  What is read
+    only for its shape runs in its input's dtype, and the tail's layout ops on float16 values
+    read by them alone stay float16 (see :mod:`~mxfp16.casting.boundary`).
     """
     rw = GraphRewriter(sym)
     tail = float32_tail(rw)
-    consumers = _consumer_dtypes(rw, tail)
+    boundary = Boundary(rw)
+    shape_only = boundary.shape_only
+    consumers = _consumer_dtypes(rw, tail, shape_only)
     kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "null":
@@ -129,7 +144,14 @@ def _cast_whole_graph(sym, data_names):
             continue
         inputs = [rw.input_entry(e) for e in node["inputs"]]
         target = node_dtype(node)
-        if target is None:
+        kinds = {kind.get(e[0]) for e in inputs}
+        if target is None and old_id in shape_only and len(kinds) == 1:
+            target = kinds.pop()  # its value is never used: no cast, its input's dtype
+            rw.emit(node, inputs, old_id)
+        elif target is None and old_id in tail and boundary.stays_float16(old_id, node, kind):
+            target = "float16"
+            rw.emit(node, inputs, old_id)
+        elif target is None:
             target = _cast_op(rw, old_id, node, inputs, kind, old_id in tail)
         else:
             rw.emit(node, inputs, old_id)

@@ -27,6 +27,13 @@ The rules:
     The op only selects or moves values: float16 inputs give float16-grid outputs.
 ``constant``
     An op without inputs creating values exact in float16 and bfloat16 (zeros, ones).
+``shape``
+    The inputs at ``inputs`` are read for their shape only (``slice_like(anchors, x * 0)``): they
+    are never cast, and what is read only so (``x * 0``) runs in its input's dtype, without a cast.
+``layout``
+    The op only rearranges values (transpose, reshape, concat): exact in any dtype, so where its
+    float16 inputs feed it alone, it runs in float16 and the float32 boundary moves after it
+    (one cast after a concat of predictions rather than one per prediction).
 
 A row with ``when=(attribute, values)`` applies only when the node's attribute has one of the values.
 """
@@ -44,7 +51,10 @@ CAST_MODES = ("full", "amp")
 
 #: The rules a row may give (see the module docstring).
 RULES = ("float32", "norm", "float16_data", "gemm", "dtype_attr", "index", "widest", "grid",
-         "constant")
+         "constant", "shape", "layout")
+
+#: The rules whose rows name input positions.
+_POSITIONAL = ("index", "shape")
 
 #: One row of the table: ``ops`` (names, a family), its ``rule``, the ``reason``, the input
 #: positions of an ``index`` rule, and the ``(attribute, values)`` condition, if any.
@@ -68,9 +78,9 @@ def row(ops, rule, reason, inputs=(), when=None):
     if rule not in RULES:
         raise ValueError(f"unknown dtype rule {rule!r} for {sorted(ops)[:3]}: choose one of "
                          f"{', '.join(RULES)}")
-    if (rule == "index") != bool(inputs):
-        raise ValueError(f"rule {rule!r} for {sorted(ops)[:3]} with inputs={inputs!r}: an 'index' row "
-                         "names its index input positions, and only an 'index' row does")
+    if (rule in _POSITIONAL) != bool(inputs):
+        raise ValueError(f"rule {rule!r} for {sorted(ops)[:3]} with inputs={inputs!r}: an 'index' or "
+                         "'shape' row names its input positions, and only such a row does")
     if not reason:
         raise ValueError(f"the row {rule!r} for {sorted(ops)[:3]} has no reason: every rule says why")
     return Rule(ops, rule, reason, tuple(inputs), when)
@@ -142,6 +152,17 @@ OP_RULES = [
          "_contrib_box_decode", "_contrib_bipartite_matching"), "float32", "anchors, box "
         "targets, proposals and NMS: coordinates and scores stay float32, where float16 would "
         "move boxes and reorder close scores"),
+    # Shape-only reads and layout ops (SSD's anchors read the feature maps for their shape; its
+    # predictions are transposed, flattened and concatenated before the float32 loss and decoder).
+    row(("slice_like", "reshape_like", "broadcast_like"), "shape", "the second input gives only "
+        "the output's shape (SSD's and YOLOv3's anchors sliced like x * 0): its dtype is neutral",
+        inputs=(1,)),
+    row(("shape_array", "size_array"), "shape", "they read only the shape, and return integers",
+        inputs=(0,)),
+    row(("transpose", "Flatten", "flatten", "Reshape", "reshape", "Concat", "concat", "slice",
+         "slice_axis", "expand_dims", "squeeze", "SwapAxis", "swapaxes", "_copy", "identity",
+         "stack"), "layout", "they rearrange values and compute none: exact in float16, so a "
+        "cast to float32 after them gives the values a cast before them gives"),
     row(("_zeros", "_ones", "_zeros_without_dtype"), "constant", "zeros and ones are exact in "
         "float16 and bfloat16: recurrent begin states and masks are created in the dtype their "
         "consumers need"),
@@ -187,11 +208,17 @@ def applies(rule, node):
     return False
 
 
-def index_inputs():
-    """``{op: input positions}`` of the ``index`` rows."""
+def index_inputs(rule="index"):
+    """``{op: input positions}`` of the ``index`` rows (or of another positional ``rule``).
+
+    Examples
+    --------
+    >>> index_inputs("shape")["slice_like"]
+    (1,)
+    """
     found = {}
     for r in OP_RULES:
-        if r.rule == "index":
+        if r.rule == rule:
             for op in r.ops:
                 found[op] = tuple(sorted(set(found.get(op, ())) | set(r.inputs)))
     return found
@@ -204,6 +231,8 @@ FLOAT32_OPS = ops_with("float32")
 GEMM_OPS = ops_with("gemm")
 DTYPE_ATTR_OPS = ops_with("dtype_attr")
 INDEX_INPUTS = index_inputs()
+SHAPE_INPUTS = index_inputs("shape")
+LAYOUT_OPS = ops_with("layout")
 WIDEST_TYPE_OPS = ops_with("widest")
 GRID_PRESERVING_OPS = ops_with("grid")
 EXACT_CONSTANT_OPS = ops_with("constant")
