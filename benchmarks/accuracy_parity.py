@@ -23,7 +23,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from bench_common import (add_output_arguments, command_line, digits_split, header_lines,
+from bench_common import (parse_choices, add_output_arguments, command_line, digits_split, header_lines,
                           machine_info, markdown_table, mean_std, new_figure, parse_config,
                           require_positive, save_figure, write_results)
 
@@ -159,11 +159,7 @@ def get_args_parser():
 
 
 def make_config(args):
-    modes = tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown or not modes:
-        raise ValueError(f"--modes {args.modes!r}: unknown mode(s) {unknown}; choose among "
-                         f"{', '.join(MODES)}")
+    modes = parse_choices(args.modes, MODES, "--modes", "mode")
     require_positive(args, ("seeds", "epochs", "batch_size"))
     seeds, epochs = (1, 2) if args.quick else (args.seeds, args.epochs)
     return Config(seeds, epochs, args.batch_size, args.lr, args.momentum, args.wd, modes,

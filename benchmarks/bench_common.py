@@ -98,17 +98,28 @@ def parse_image_shape(text):
     return shape
 
 
+def parse_choices(text, choices, flag, noun):
+    """A comma-separated list flag's value as a tuple, or ``ValueError`` naming the unknown items,
+    the flag and the valid choices.
+
+    >>> parse_choices("ssd, yolo", ("ssd", "yolo", "rcnn"), "--detectors", "detector")
+    ('ssd', 'yolo')
+    """
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = [item for item in items if item not in choices]
+    if unknown or not items:
+        raise ValueError(f"{flag} {text!r}: unknown {noun}(s) {unknown}; choose among "
+                         f"{', '.join(choices)}")
+    return items
+
+
 def parse_dtypes(text, choices):
     """A comma-separated ``--dtypes`` value as a tuple, or ``ValueError`` naming the unknown ones.
 
     >>> parse_dtypes("float32, bfloat16", ("float32", "float16", "bfloat16"))
     ('float32', 'bfloat16')
     """
-    dtypes = tuple(d.strip() for d in text.split(",") if d.strip())
-    unknown = [d for d in dtypes if d not in choices]
-    if unknown or not dtypes:
-        raise ValueError(f"--dtypes: unknown dtype(s) {unknown}; choose among {', '.join(choices)}")
-    return dtypes
+    return parse_choices(text, choices, "--dtypes", "dtype")
 
 
 def mean_std(values):

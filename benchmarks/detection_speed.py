@@ -35,7 +35,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 import mxnet as mx
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
+from bench_common import (parse_choices, add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, parse_dtypes, publish, require_positive)
 from bench_detection import (DETECTORS, build, detection_data, loss_function, prepare,
                              short_error, targets, train_step)
@@ -261,11 +261,7 @@ def get_args_parser():
 
 
 def make_config(args):
-    detectors = tuple(d.strip() for d in args.detectors.split(",") if d.strip())
-    unknown = [d for d in detectors if d not in DETECTORS]
-    if unknown or not detectors:
-        raise ValueError(f"--detectors: unknown detector(s) {unknown}; choose among "
-                         f"{', '.join(DETECTORS)}")
+    detectors = parse_choices(args.detectors, DETECTORS, "--detectors", "detector")
     require_positive(args, ("batch_size", "rounds", "steps", "top_ops"))
     if args.size < 64 or args.size & (args.size - 1):
         raise ValueError(f"--size {args.size}: pass a power of two >= 64, for example 128")

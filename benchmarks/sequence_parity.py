@@ -32,7 +32,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 import mxfp16
-from bench_common import (add_output_arguments, command_line, digits_split, header_lines,
+from bench_common import (parse_choices, add_output_arguments, command_line, digits_split, header_lines,
                           machine_info, markdown_table, mean_std, parse_config, parse_dtypes,
                           publish, require_positive)
 from bench_sequence import CharLM, corpus, perplexity, sequences
@@ -201,11 +201,7 @@ def get_args_parser():
 
 
 def make_config(args):
-    tasks = tuple(task.strip() for task in args.tasks.split(",") if task.strip())
-    unknown = [task for task in tasks if task not in TASKS]
-    if unknown or not tasks:
-        raise ValueError(f"--tasks {args.tasks!r}: unknown task(s) {unknown}; choose among "
-                         f"{', '.join(TASKS)}")
+    tasks = parse_choices(args.tasks, TASKS, "--tasks", "task")
     dtypes = parse_dtypes(args.dtypes, DTYPES)
     require_positive(args, ("seeds", "digits_epochs", "digits_hidden", "lm_epochs", "lm_hidden",
                             "seq_len", "batch_size"))

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import mxnet as mx
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
+from bench_common import (parse_choices, add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, parse_dtypes, publish, require_positive)
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
@@ -363,11 +363,7 @@ def get_args_parser():
 
 
 def make_config(args):
-    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        raise ValueError(f"--models {args.models!r}: unknown model(s) {unknown}; choose among "
-                         f"{', '.join(MODELS)}")
+    models = parse_choices(args.models, MODELS, "--models", "model")
     dtypes = parse_dtypes(args.dtypes, DTYPES)
     require_positive(args, ("vocab_size", "lstm_hidden", "lstm_layers", "seq_len", "lstm_batch",
                             "units", "heads", "layers", "tokens", "transformer_batch", "rounds",
