@@ -18,6 +18,7 @@ import mxnet as mx
 from mxnet import autograd
 
 import mxfp16
+from bench_common import parse_choices, parse_dtypes
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "examples")
@@ -28,6 +29,26 @@ DETECTORS = {"ssd_mobilenet0.25": ("ssd", "mobilenet0.25"),
              "ssd_resnet50_v1": ("ssd", "resnet50_v1"),
              "yolo3_mobilenet0.25": ("yolo3", "mobilenet0.25"),
              "yolo3_mobilenet1.0": ("yolo3", "mobilenet1.0")}
+
+#: The dtypes both detection benchmarks compare.
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def add_detector_arguments(add, default_detectors):
+    """The ``--detectors`` and ``--dtypes`` flags both detection benchmarks take."""
+    add("--detectors", default=",".join(default_detectors),
+        help=f"comma-separated, among {', '.join(DETECTORS)} "
+             f"(default: {','.join(default_detectors)})")
+    add("--dtypes", default=",".join(DTYPES), help="comma-separated (default: all three)")
+
+
+def parse_detector_arguments(args):
+    """``(detectors, dtypes)`` of those flags, with ``--size`` checked; ``ValueError`` naming the
+    bad value and the choices."""
+    detectors = parse_choices(args.detectors, DETECTORS, "--detectors", "detector")
+    if args.size < 64 or args.size & (args.size - 1):
+        raise ValueError(f"--size {args.size}: pass a power of two >= 64, for example 128")
+    return detectors, parse_dtypes(args.dtypes, DTYPES)
 
 #: YOLOv3 base -> the channels of its three detection blocks: the zoo's for mobilenet1.0 (512,
 #: 256, 128); for mobilenet0.25 half the zoo's (256, 128, 128), which trains the digits as well

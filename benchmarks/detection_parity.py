@@ -30,14 +30,14 @@ from dataclasses import asdict, dataclass
 
 import mxnet as mx
 import numpy as np
-from bench_common import (parse_choices, add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, mean_std, parse_config, parse_dtypes, publish,
+from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
+                          markdown_table, mean_std, parse_config, publish,
                           require_positive, write_results)
-from bench_detection import (DETECTORS, build, detection_data, loss_function, mean_ap, prepare,
-                             short_error, targets, train_step)
+from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, loss_function,
+                             mean_ap, prepare, parse_detector_arguments, short_error, targets,
+                             train_step)
 
 NAME = "detection_parity"
-DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "yolo3_mobilenet0.25")
 
 
@@ -130,10 +130,7 @@ def markdown(summary):
 def get_args_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--detectors", default=",".join(DEFAULT_DETECTORS),
-        help=f"comma-separated, among {', '.join(DETECTORS)} "
-             f"(default: {','.join(DEFAULT_DETECTORS)})")
-    add("--dtypes", default=",".join(DTYPES), help="comma-separated (default: all three)")
+    add_detector_arguments(add, DEFAULT_DETECTORS)
     add("--seeds", type=int, default=3, help="seeds per detector and dtype (default: 3)")
     add("--first-seed", type=int, default=0,
         help="the seeds are first-seed, first-seed + 1, ... (default: 0)")
@@ -151,11 +148,9 @@ def get_args_parser():
 
 
 def make_config(args):
-    detectors = parse_choices(args.detectors, DETECTORS, "--detectors", "detector")
+    detectors, dtypes = parse_detector_arguments(args)
     require_positive(args, ("seeds", "steps", "batch_size", "num_train", "num_test"))
-    if args.size < 64 or args.size & (args.size - 1):
-        raise ValueError(f"--size {args.size}: pass a power of two >= 64, for example 128")
-    values = dict(vars(args), detectors=detectors, dtypes=parse_dtypes(args.dtypes, DTYPES))
+    values = dict(vars(args), detectors=detectors, dtypes=dtypes)
     if args.quick:
         values.update(seeds=1, steps=3, batch_size=4, size=64, num_train=32, num_test=8)
     return Config(**{field: values[field] for field in Config.__dataclass_fields__})

@@ -35,17 +35,16 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 import mxnet as mx
-from bench_common import (parse_choices, add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, parse_dtypes, publish, require_positive)
-from bench_detection import (DETECTORS, build, detection_data, loss_function, prepare,
-                             short_error, targets, train_step)
+from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
+                          markdown_table, parse_config, publish, require_positive)
+from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, loss_function,
+                             prepare, parse_detector_arguments, short_error, targets, train_step)
 from mxnet import autograd
 from mxnet.contrib import amp
 
 import mxfp16
 
 NAME = "detection_speed"
-DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "ssd_resnet50_v1", "yolo3_mobilenet0.25")
 
 #: Graph ops that convert dtypes: MXNet's Cast and the two casts AMP inserts.
@@ -243,10 +242,7 @@ def markdown(results, config):
 def get_args_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--detectors", default=",".join(DEFAULT_DETECTORS),
-        help=f"comma-separated, among {', '.join(DETECTORS)} "
-             f"(default: {','.join(DEFAULT_DETECTORS)})")
-    add("--dtypes", default=",".join(DTYPES), help="comma-separated (default: all three)")
+    add_detector_arguments(add, DEFAULT_DETECTORS)
     add("--batch-size", type=int, default=16, help="images per step (default: 16)")
     add("--size", type=int, default=128, help="image side in pixels (default: 128)")
     add("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5)")
@@ -261,11 +257,9 @@ def get_args_parser():
 
 
 def make_config(args):
-    detectors = parse_choices(args.detectors, DETECTORS, "--detectors", "detector")
+    detectors, dtypes = parse_detector_arguments(args)
     require_positive(args, ("batch_size", "rounds", "steps", "top_ops"))
-    if args.size < 64 or args.size & (args.size - 1):
-        raise ValueError(f"--size {args.size}: pass a power of two >= 64, for example 128")
-    values = dict(vars(args), detectors=detectors, dtypes=parse_dtypes(args.dtypes, DTYPES))
+    values = dict(vars(args), detectors=detectors, dtypes=dtypes)
     if args.quick:
         values.update(batch_size=2, size=64, rounds=2, steps=1, warmup=1, profile_steps=1)
     return Config(**{field: values[field] for field in Config.__dataclass_fields__})
