@@ -1,8 +1,9 @@
 """The casting of MXNet's AMP pass (``mode='amp'`` and bfloat16), with mxfp16's rules applied
 before it: float32 after the last GEMM (post-processing: box decoding, NMS, losses), float32 where
-MXNet 1.9.1 has no bfloat16 CPU kernel, and one dtype for the inputs of multi-input ops (MXNet AMP's
-widest-type rule, which its bfloat16 lists leave out for Concat), explicit float32 where AMP's
-bfloat16 pass would mistype an op reading a float32 value.
+MXNet 1.9.1 has no bfloat16 CPU kernel or a slower one than float32's (rows
+``bfloat16_float32``), and one dtype for the inputs of multi-input ops (MXNet AMP's widest-type
+rule, which its bfloat16 lists leave out for Concat), explicit float32 where AMP's bfloat16 pass
+would mistype an op reading a float32 value.
 """
 import mxnet as mx
 from mxnet.contrib import amp
@@ -11,7 +12,7 @@ from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 from .transposed import deconvolution_as_convolution
 from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
-                    INDEX_INPUTS)
+                    INDEX_INPUTS, applies)
 
 #: Ops the tail rule leaves alone: GEMMs, and lookups whose weight dtype is theirs (a float16
 #: Embedding's table is float16, wherever it sits).
@@ -137,10 +138,15 @@ def cast_with_amp(sym, dtype, data_names):
         plain = deconvolution_as_convolution(plain)
         plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
         plain = _float32_inputs(plain, _reads_float32, data_names)
-    before = {node["name"] for node in GraphRewriter(plain).old_nodes}
+    nodes = GraphRewriter(plain).old_nodes
+    before = {node["name"] for node in nodes}
+    # AMP's pass casts the inputs of its excluded ops to float32 and runs them so
+    excluded = [node["name"] for node in nodes
+                if dtype == "bfloat16" and applies("bfloat16_float32", node)]
     try:
         converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
-                                       cast_optional_params=(dtype == "float16"))
+                                       cast_optional_params=(dtype == "float16"),
+                                       excluded_sym_names=excluded)
     except mx.base.MXNetError as error:
         fix = "cast with mode='full' (the default)" if dtype == "float16" else \
             "cast to float16 with mode='full' (the default), or keep this part float32"
