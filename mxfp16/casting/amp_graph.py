@@ -9,6 +9,7 @@ import mxnet as mx
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 
+from .channels import pad_output_channels
 from .transposed import deconvolution_as_convolution
 from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
@@ -136,6 +137,7 @@ def cast_with_amp(sym, dtype, data_names):
     plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
     if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
         plain = deconvolution_as_convolution(plain)
+        plain = pad_output_channels(plain)  # channels in oneDNN's blocks of 16
         plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
         plain = _float32_inputs(plain, _reads_float32, data_names)
     nodes = GraphRewriter(plain).old_nodes
