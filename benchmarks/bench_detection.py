@@ -28,7 +28,8 @@ DETECTORS = {"ssd_mobilenet0.25": ("ssd", "mobilenet0.25"),
              "ssd_resnet18_v1": ("ssd", "resnet18_v1"),
              "ssd_resnet50_v1": ("ssd", "resnet50_v1"),
              "yolo3_mobilenet0.25": ("yolo3", "mobilenet0.25"),
-             "yolo3_mobilenet1.0": ("yolo3", "mobilenet1.0")}
+             "yolo3_mobilenet1.0": ("yolo3", "mobilenet1.0"),
+             "yolo3_darknet53": ("yolo3", "darknet53")}
 
 #: The dtypes both detection benchmarks compare.
 DTYPES = ("float32", "float16", "bfloat16")
@@ -93,9 +94,13 @@ def build(detector, size, seed):
 
 def build_yolo3(base, classes):
     """GluonCV's YOLOv3 on a MobileNet (``yolo3_mobilenet*_custom``'s stages, anchors and strides)
-    with :data:`YOLO3_FILTERS`, no pretrained weights."""
+    with :data:`YOLO3_FILTERS`, or the zoo's ``yolo3_darknet53_custom`` itself; no pretrained
+    weights."""
     from gluoncv.model_zoo.mobilenet import get_mobilenet
-    from gluoncv.model_zoo.yolo.yolo3 import get_yolov3
+    from gluoncv.model_zoo.yolo.yolo3 import get_yolov3, yolo3_darknet53_custom
+
+    if base == "darknet53":
+        return yolo3_darknet53_custom(classes, pretrained_base=False)
 
     features = get_mobilenet(multiplier=float(base[len("mobilenet"):]), pretrained=False).features
     stages = [features[:33], features[33:69], features[69:-2]]

@@ -283,8 +283,11 @@ def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_pat
     profile = result["profile_ms_per_step"]
     assert list(profile) == ["float32", "float16", "bfloat16"]
     assert "Convolution" in profile["float32"] and "_backward_Convolution" in profile["bfloat16"]
-    # speed rows; the casts table's header and row; the profile's header, 10 operators and total
-    assert len(table_rows(markdown)) == 3 + 2 + 12
+    # speed rows; the casts table's header and row; the profile's header, 10 operators and total;
+    # the bfloat16 bounds' header and row
+    assert len(table_rows(markdown)) == 3 + 2 + 12 + 2
+    bounds = module.gemm_bounds(profile, "bfloat16")
+    assert bounds["gemm_ms"]["float32"] > 0 and bounds["gemms_alone"] > 0
 
 
 @pytest.mark.parametrize("name, argv, message", [
