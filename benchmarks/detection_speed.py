@@ -39,13 +39,14 @@ from dataclasses import asdict, dataclass
 
 import mxnet as mx
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, publish, require_positive)
+                          markdown_table, parse_choices, parse_config, publish, require_positive)
 from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, loss_function,
                              prepare, parse_detector_arguments, short_error, targets, train_step)
 from mxnet import autograd
 from mxnet.contrib import amp
 
 import mxfp16
+from mxfp16.casting import rules
 
 NAME = "detection_speed"
 DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "ssd_resnet50_v1", "yolo3_mobilenet0.25",
@@ -78,6 +79,7 @@ class Config:
     profile_steps: int
     top_ops: int
     profile_of: str
+    without_rules: tuple
     out_dir: str
 
 
@@ -213,7 +215,8 @@ def profile_in_subprocess(detector, config):
     switch once per process), or the error it gave."""
     argv = [sys.executable, os.path.abspath(__file__), "--profile-of", detector,
             "--dtypes", ",".join(config.dtypes), "--batch-size", str(config.batch_size),
-            "--size", str(config.size), "--profile-steps", str(config.profile_steps)]
+            "--size", str(config.size), "--profile-steps", str(config.profile_steps),
+            "--without-rules", ",".join(config.without_rules)]
     done = subprocess.run(argv, env=dict(os.environ, **UNBULKED), capture_output=True, text=True)
     if done.returncode:
         return {"error": short_error(RuntimeError(done.stderr))}
@@ -291,6 +294,9 @@ def get_args_parser():
         help="profiled steps per dtype, 0 for no profile (default: 3)")
     add("--profile-of", default="", help=argparse.SUPPRESS)  # the profiling subprocess
     add("--top-ops", type=int, default=10, help="operators listed per profile (default: 10)")
+    add("--without-rules", default="",
+        help="comma-separated rules of mxfp16/casting/rules.py whose rows are removed before "
+             "casting, to measure what they buy, e.g. channel_padding (default: none)")
     return add_output_arguments(parser, "the .md and .json",
                                 "batch 2 at 64 px, 2 rounds of 1 step, 1 profiled step")
 
@@ -298,7 +304,9 @@ def get_args_parser():
 def make_config(args):
     detectors, dtypes = parse_detector_arguments(args)
     require_positive(args, ("batch_size", "rounds", "steps", "top_ops"))
-    values = dict(vars(args), detectors=detectors, dtypes=dtypes)
+    without = parse_choices(args.without_rules, rules.RULES, "--without-rules", "rule") \
+        if args.without_rules else ()
+    values = dict(vars(args), detectors=detectors, dtypes=dtypes, without_rules=without)
     if args.quick:
         values.update(batch_size=2, size=64, rounds=2, steps=1, warmup=1, profile_steps=1)
     return Config(**{field: values[field] for field in Config.__dataclass_fields__})
@@ -318,6 +326,7 @@ def main(argv=None):
     config, failed = parse_config(get_args_parser(), make_config, argv)
     if failed:
         return failed
+    rules.OP_RULES[:] = [row for row in rules.OP_RULES if row.rule not in config.without_rules]
     if config.profile_of:
         steps = {dtype: build_step(config.profile_of, dtype, config) for dtype in config.dtypes}
         print(json.dumps(profile({d: s for d, s in steps.items() if callable(s)}, config)))
