@@ -19,6 +19,7 @@ from mxnet import autograd
 
 import mxfp16
 from bench_common import parse_choices, parse_dtypes
+from mxfp16.casting import rules
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "examples")
@@ -41,15 +42,25 @@ def add_detector_arguments(add, default_detectors):
         help=f"comma-separated, among {', '.join(DETECTORS)} "
              f"(default: {','.join(default_detectors)})")
     add("--dtypes", default=",".join(DTYPES), help="comma-separated (default: all three)")
+    add("--without-rules", default="",
+        help="comma-separated rules of mxfp16/casting/rules.py whose rows are removed before "
+             "casting, to measure what they buy, e.g. channel_padding (default: none)")
 
 
 def parse_detector_arguments(args):
-    """``(detectors, dtypes)`` of those flags, with ``--size`` checked; ``ValueError`` naming the
-    bad value and the choices."""
+    """``(detectors, dtypes, rules removed)`` of those flags, with ``--size`` checked;
+    ``ValueError`` naming the bad value and the choices."""
     detectors = parse_choices(args.detectors, DETECTORS, "--detectors", "detector")
     if args.size < 64 or args.size & (args.size - 1):
         raise ValueError(f"--size {args.size}: pass a power of two >= 64, for example 128")
-    return detectors, parse_dtypes(args.dtypes, DTYPES)
+    without = parse_choices(args.without_rules, rules.RULES, "--without-rules", "rule") \
+        if args.without_rules else ()
+    return detectors, parse_dtypes(args.dtypes, DTYPES), without
+
+
+def drop_rules(names):
+    """Remove the rows of the rules ``names`` from mxfp16's dtype rules table, in this process."""
+    rules.OP_RULES[:] = [row for row in rules.OP_RULES if row.rule not in names]
 
 #: YOLOv3 base -> the channels of its three detection blocks: the zoo's for mobilenet1.0 (512,
 #: 256, 128); for mobilenet0.25 half the zoo's (256, 128, 128), which trains the digits as well

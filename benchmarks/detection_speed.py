@@ -39,14 +39,14 @@ from dataclasses import asdict, dataclass
 
 import mxnet as mx
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_choices, parse_config, publish, require_positive)
-from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, loss_function,
-                             prepare, parse_detector_arguments, short_error, targets, train_step)
+                          markdown_table, parse_config, publish, require_positive)
+from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, drop_rules,
+                             loss_function, parse_detector_arguments, prepare, short_error,
+                             targets, train_step)
 from mxnet import autograd
 from mxnet.contrib import amp
 
 import mxfp16
-from mxfp16.casting import rules
 
 NAME = "detection_speed"
 DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "ssd_resnet50_v1", "yolo3_mobilenet0.25",
@@ -294,18 +294,13 @@ def get_args_parser():
         help="profiled steps per dtype, 0 for no profile (default: 3)")
     add("--profile-of", default="", help=argparse.SUPPRESS)  # the profiling subprocess
     add("--top-ops", type=int, default=10, help="operators listed per profile (default: 10)")
-    add("--without-rules", default="",
-        help="comma-separated rules of mxfp16/casting/rules.py whose rows are removed before "
-             "casting, to measure what they buy, e.g. channel_padding (default: none)")
     return add_output_arguments(parser, "the .md and .json",
                                 "batch 2 at 64 px, 2 rounds of 1 step, 1 profiled step")
 
 
 def make_config(args):
-    detectors, dtypes = parse_detector_arguments(args)
+    detectors, dtypes, without = parse_detector_arguments(args)
     require_positive(args, ("batch_size", "rounds", "steps", "top_ops"))
-    without = parse_choices(args.without_rules, rules.RULES, "--without-rules", "rule") \
-        if args.without_rules else ()
     values = dict(vars(args), detectors=detectors, dtypes=dtypes, without_rules=without)
     if args.quick:
         values.update(batch_size=2, size=64, rounds=2, steps=1, warmup=1, profile_steps=1)
@@ -326,7 +321,7 @@ def main(argv=None):
     config, failed = parse_config(get_args_parser(), make_config, argv)
     if failed:
         return failed
-    rules.OP_RULES[:] = [row for row in rules.OP_RULES if row.rule not in config.without_rules]
+    drop_rules(config.without_rules)
     if config.profile_of:
         steps = {dtype: build_step(config.profile_of, dtype, config) for dtype in config.dtypes}
         print(json.dumps(profile({d: s for d, s in steps.items() if callable(s)}, config)))

@@ -305,6 +305,7 @@ def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_pat
     ("detection_parity", ["--detectors", "ssd_vgg16"], "unknown detector(s) ['ssd_vgg16']"),
     ("detection_speed", ["--size", "100"], "--size 100: pass a power of two >= 64"),
     ("detection_speed", ["--without-rules", "fast"], "unknown rule(s) ['fast']"),
+    ("detection_parity", ["--without-rules", "gemm,fast"], "unknown rule(s) ['fast']"),
 ])
 def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
     assert load_benchmark(name).main(argv) == 2
