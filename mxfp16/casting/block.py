@@ -4,13 +4,16 @@ It runs the graph traced in the current autograd mode, writes float32 checkpoint
 of the same architecture loads, reads float32 or float16 ones, and warns once when a float16
 network's output overflows in evaluation.
 """
+import json
 import warnings
 
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals
+from .. import boundary_scale, mxnet_internals
+from ..dtypes import LOSS_HEADS
 from ..grad_checks import all_finite
+from ..loss_heads import symbol_ops
 from ..optimizers import master_copies
 from . import deploy
 from .signature import call_structure, describe_call, is_plain_call
@@ -110,6 +113,7 @@ class CastBlock(gluon.SymbolBlock):
         # not as a child: its Parameters are this block's already.
         object.__setattr__(self, "_original", original)
         self._cast_dtype = dtype
+        self._head_answer = (None, False)  # (graphs looked at, whether one holds a loss head)
         if original is not None:  # scripts read them: GluonNLP's k.split(model._prefix)
             self._prefix, self._name = original.prefix, original.name
 
@@ -136,7 +140,27 @@ class CastBlock(gluon.SymbolBlock):
         return mxnet_internals.symbol_block_graph(self)[1], training
 
     def forward(self, x, *args):
-        call = (x,) + args
+        if not autograd.is_recording():
+            return self._forward((x,) + args)
+        # The loss scale of a loss that ignores its head gradient enters here (see
+        # mxfp16.boundary_scale): values unchanged, gradients times 1 unless a Trainer sets it.
+        out = self._forward(boundary_scale.scale_inputs((x,) + args))
+        boundary_scale.note_call(self, self._holds_loss_head())
+        return boundary_scale.scale_outputs(out)
+
+    def _holds_loss_head(self):
+        """Whether a graph of this network (either mode, any call traced so far) holds an op whose
+        backward ignores the head gradient (a SoftmaxOutput cast with the network)."""
+        graphs = [graph for graph in self.graphs if graph is not None] + \
+            [mxnet_internals.symbol_block_graph(block)[1] for block, _, _ in
+             self._variants.values()]
+        if self._head_answer[0] != len(graphs):
+            found = any(set(symbol_ops(json.loads(graph.tojson()))) & LOSS_HEADS
+                        for graph in graphs)
+            self._head_answer = (len(graphs), found)
+        return self._head_answer[1]
+
+    def _forward(self, call):
         training = autograd.is_training()
         plain = self._plain_modes.get(training)
         if plain is None or not is_plain_call(call, self._plain_count):
