@@ -43,6 +43,13 @@ def _ndarrays(out):
     return [out] if isinstance(out, mx.nd.NDArray) else []
 
 
+def _symbolic(call):
+    """Whether a call passes Symbols (a hybridized parent block tracing its graph): the boundary
+    factors are for calls that run, not for graphs."""
+    return any(isinstance(item, mx.sym.Symbol) or
+               (isinstance(item, (list, tuple)) and _symbolic(item)) for item in call)
+
+
 class CastBlock(gluon.SymbolBlock):
     """The network :func:`cast_block` returns: a ``SymbolBlock`` that behaves like its original.
 
@@ -140,7 +147,7 @@ class CastBlock(gluon.SymbolBlock):
         return mxnet_internals.symbol_block_graph(self)[1], training
 
     def forward(self, x, *args):
-        if not autograd.is_recording():
+        if not autograd.is_recording() or _symbolic((x,) + args):
             return self._forward((x,) + args)
         # The loss scale of a loss that ignores its head gradient enters here (see
         # mxfp16.boundary_scale): values unchanged, gradients times 1 unless a Trainer sets it.
