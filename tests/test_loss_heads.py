@@ -548,3 +548,57 @@ def test_no_cast_network_on_the_way_trains_unscaled_and_says_why(caplog):
     assert seen == [1.0]
     assert any("no network cast by mxfp16.cast_block" in r.getMessage() for r in caplog.records)
     assert_same_steps(one_update(mix_loss, "float32", None)[:2], (before, after))
+
+
+def test_the_factors_are_in_no_graph(tmp_path):
+    """The boundary is imperative: after a boundary-scaled step the cast graphs and the exported
+    float32 and float16 GPU graphs are those of before, and inference calls are not counted."""
+    from mxfp16 import boundary_scale
+    net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x, y = data()
+    net(x)
+
+    def graphs(tag):
+        net.export(str(tmp_path / f"{tag}32"))
+        net.export(str(tmp_path / f"{tag}16"), dtype="float16")
+        return [g.tojson() for g in net.graphs if g is not None] + \
+            [(tmp_path / f"{tag}{bits}-symbol.json").read_text() for bits in (32, 16)]
+
+    before = graphs("before")
+    calls = boundary_scale.recorded_calls()
+    net(x)
+    assert boundary_scale.recorded_calls() == calls
+    trainer = mxfp16.Trainer(net.collect_params(), "sgd", dtype="float16", loss_scale=1024.0)
+    with autograd.record():
+        loss = mix_loss(net(x), y)
+    trainer.backward(loss)
+    assert trainer.scaled_with == 1024.0 and trainer.step(2)
+    assert graphs("after") == before
+
+
+def test_a_cast_network_inside_a_hybridized_parent_is_not_counted():
+    """Traced with Symbols by a hybridized parent, a cast network gets no factors (the parent's
+    graph runs it), so a head-ignoring loss through it trains unscaled, at float32's update."""
+    def run(dtype):
+        mx.random.seed(0)
+        inner = TwoHeads(prefix="net_")
+        inner.initialize(mx.init.Xavier())
+        parent = nn.HybridSequential(prefix="parent_")
+        parent.add(inner if dtype == "float32" else mxfp16.cast_block(inner, dtype))
+        parent.hybridize()
+        trainer = mxfp16.Trainer(parent.collect_params(), "sgd", {"learning_rate": 1.0},
+                                 dtype=dtype, loss_scale=None if dtype == "float32" else 1024.0)
+        params = parent.collect_params()
+        before = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+        x, y = data()
+        for _ in range(2):  # the first call traces the parent, the second runs its graph
+            with autograd.record():
+                loss = mix_loss(parent(x), y)
+            trainer.backward(loss)
+        assert trainer.scaled_with == 1.0
+        trainer.step(2)
+        return before, {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+
+    assert_same_steps(run("float32"), run("float16"))
