@@ -55,6 +55,7 @@ class _State:
     calls = 0  # recorded calls of cast networks so far
     head_calls = 0  # those of graphs that hold a head-ignoring op themselves
     networks = weakref.WeakSet()  # cast networks that ran while autograd recorded
+    pending = None  # the ScaledBackward whose scale the factors hold
 
 
 def _factors(array):
@@ -150,7 +151,9 @@ class ScaledBackward:
     """One backward (or the user's, after ``trainer.scale``) whose loss scale enters at the cast
     networks' boundary.
 
-    On creation ``s`` takes the scale.  :meth:`finish` sets it back to 1 and brings the gradients of
+    On creation ``s`` takes the scale (one at a time: a new one finishes the one before, so a
+    scale left set by a ``trainer.scale(loss)`` that was never stepped does not reach another
+    backward).  :meth:`finish` sets it back to 1 and brings the gradients of
     the Trainer's parameters outside every cast network (float32 code between the loss and a cast
     network, whose gradients the boundary did not scale) to the same scale.  Those with
     ``grad_req='add'`` are zeroed here and get ``saved + scale * new`` there, so what they held
@@ -164,6 +167,7 @@ class ScaledBackward:
     """
 
     def __init__(self, params, scale):
+        finish_pending()
         inside = {id(param) for network in list(_State.networks)
                   for param in network.collect_params().values()}
         self.scale = float(scale)
@@ -177,9 +181,13 @@ class ScaledBackward:
                         self._saved.append((grad, grad.copy()))
                         grad[:] = 0
         set_scale(self.scale)
+        _State.pending = self
 
     def finish(self):
         """Set ``s`` back to 1 and scale the gradients outside the cast networks (once)."""
+        if _State.pending is not self:
+            return
+        _State.pending = None
         set_scale(1.0)
         with autograd.pause():
             for param in self._outside:
@@ -190,3 +198,9 @@ class ScaledBackward:
                 grad *= self.scale
                 grad += saved
         self._outside, self._saved = [], []
+
+
+def finish_pending():
+    """Finish the :class:`ScaledBackward` in progress, if any (whichever Trainer started it)."""
+    if _State.pending is not None:
+        _State.pending.finish()

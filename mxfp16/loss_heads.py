@@ -277,6 +277,7 @@ class HeadScaling:
         """How ``scale`` reaches the gradients of ``heads`` (see the class); ``grads()`` gives the
         gradient arrays (for :meth:`HeadCheck.ops`), ``params`` the Trainer's parameters."""
         self.finish()
+        boundary_scale.finish_pending()  # another Trainer's, never stepped: not into this one
         since, self._since = self._since, boundary_scale.recorded_calls()
         if scale == 1.0:
             return "head"

@@ -602,3 +602,27 @@ def test_a_cast_network_inside_a_hybridized_parent_is_not_counted():
         return before, {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
 
     assert_same_steps(run("float32"), run("float16"))
+
+
+def test_a_scale_never_stepped_does_not_reach_another_trainers_backward():
+    """``trainer.scale`` holds the boundary's scale until that Trainer's next call; another
+    Trainer's backward first sets it back, so its ordinary loss is scaled once."""
+    from mxfp16 import boundary_scale
+    net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
+    net.initialize(mx.init.Xavier())
+    first, second = (mxfp16.Trainer(net.collect_params(), "sgd", dtype="float16",
+                                    loss_scale=1024.0) for _ in range(2))
+    x, y = data()
+    with autograd.record():
+        first.scale(mix_loss(net(x), y)).backward()
+    assert boundary_scale.current_scale() == 1024.0  # until first's next call
+    with autograd.record():  # (copies: MXNet frees an input's node with its first graph)
+        plain = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(net(x.copy())[0], y.copy())
+    with autograd.record():
+        again = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(net(x.copy())[0], y.copy())
+    second.backward(plain)
+    assert boundary_scale.current_scale() == 1.0
+    expected = net.collect_params()["net_conv0_weight"].grad().copy()
+    second.backward(again)
+    assert (net.collect_params()["net_conv0_weight"].grad() == expected).asnumpy().all()
+    assert first.step(2)  # first's own window closed before: nothing breaks
