@@ -6,8 +6,8 @@ Modes: ``boundary off`` (the factors taken out: mxfp16 before them), ``boundary 
 an ordinary loss: the factors hold 1), and ``SoftmaxOutput loss`` (a loss that ignores its head
 gradient, whose scale enters at the boundary: the factors hold the scale during the backward, and
 the step divides by it).  The step is forward, backward and the Trainer's update; the modes take
-turns step by step, and the median of each one's timed steps is reported with its ratio to
-``boundary off``.  Outputs in --out-dir: boundary_scale_step.md and .json.
+turns step by step (each one first in turn), and the median of each one's timed steps is reported
+with its ratio to ``boundary off``.  Outputs in --out-dir: boundary_scale_step.md and .json.
 
 Usage: python benchmarks/boundary_scale_step.py [--batch-size 32] [--size 32] [--steps 10] [--quick]
 """
@@ -73,14 +73,15 @@ def step_time(mode, net, trainer, data, label):
 
 
 def median_steps(config):
-    """Each mode's median step time; the modes take turns step by step, so a machine shared with
-    other jobs slows them alike."""
+    """Each mode's median step time; the modes take turns step by step, each first in turn, so
+    a machine shared with other jobs slows them alike."""
     setups = {mode: build() for mode in MODES}
     data = mx.nd.random.uniform(shape=(config.batch_size, 3, config.size, config.size))
     label = mx.nd.array([i % 10 for i in range(config.batch_size)])
     times = {mode: [] for mode in MODES}
     for i in range(config.warmup + config.steps):
-        for mode, (net, trainer) in setups.items():
+        for mode in MODES[i % 3:] + MODES[:i % 3]:  # each mode first in turn
+            net, trainer = setups[mode]
             seconds = step_time(mode, net, trainer, data, label)
             if i >= config.warmup:
                 times[mode].append(seconds)
