@@ -60,6 +60,9 @@ class CastBlock(gluon.SymbolBlock):
       the float32 network of the same architecture loads them as they are; :meth:`load_parameters`
       reads float32 or float16 files, with those names or the parameters' own.
     * A float16 network warns once if an output in inference mode holds inf or NaN.
+    * While autograd records, its float inputs and outputs pass through the loss-scale factors of
+      :mod:`mxfp16.boundary_scale` (times 1, unless a Trainer back-propagates a loss that ignores
+      its head gradient), added at call time: no graph holds them.
     * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
       weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
 
