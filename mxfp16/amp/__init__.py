@@ -2,9 +2,10 @@
 
 A script written for MXNet AMP ports with one line, ``from mxnet.contrib import amp`` ->
 ``from mxfp16 import amp`` (or ``from mxnet.contrib.amp import amp`` -> ``from mxfp16.amp import
-amp``, GluonNLP's form: the functions live in :mod:`mxfp16.amp.amp`): ``amp.init()``, ``amp.init_trainer(trainer)``, ``with
-amp.scale_loss(loss, trainer) as scaled: autograd.backward(scaled)``, ``amp.unscale(trainer)``
-and the ``convert_*`` / ``list_*`` functions keep their names and arguments.  Behind them:
+amp``, GluonNLP's form: the functions live in :mod:`mxfp16.amp.amp`): ``amp.init()``,
+``amp.init_trainer(trainer)``, ``with amp.scale_loss(loss, trainer) as scaled:
+autograd.backward(scaled)``, ``amp.unscale(trainer)`` and the ``convert_*`` / ``list_*``
+functions keep their names and arguments.  Behind them:
 
 * the network a Trainer given to ``init_trainer`` trains is cast by :func:`mxfp16.cast_block` at
   its first call, whether it was built before or after ``init()`` (see :mod:`.session`): float16
