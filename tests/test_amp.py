@@ -135,6 +135,46 @@ def test_unscale_then_clip_then_step_matches_float32():
         amp.unscale(trainer)
 
 
+def test_gluons_clip_global_norm_compares_the_true_norm_while_the_scale_is_held():
+    """The unchanged gluon.utils.clip_global_norm between scale_loss and step, without unscale:
+    float16 and float32 gradients on a CPU, the true norm compared with max_norm, the gradients
+    left scaled for the step, which then moves the weights as float32's clipped step does."""
+    x, y = _data()
+    reference = _net()
+    reference.initialize(mx.init.Xavier())
+    values = [v.data().copy() for v in reference.collect_params().values()]
+    amp.init()
+    net = _net()
+    net.initialize()
+    for param, value in zip(net.collect_params().values(), values):
+        param.set_data(value)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale=1024)
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCELoss()(net(x), y)
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    with autograd.record():
+        ref_loss = gluon.loss.SoftmaxCELoss()(reference(x), y)
+    ref_loss.backward()
+    ref_grads = [p.grad().asnumpy() for p in reference.collect_params().values()
+                 if p.grad_req != "null"]
+    ref_norm = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in ref_grads)))
+    grads = [p.grad() for p in net.collect_params().values() if p.grad_req != "null"]
+    assert {g.dtype.__name__ for g in grads} == {"float16", "float32"}
+    scaled_grad = net[3].weight.grad().asnumpy().astype("float32")
+    norm = gluon.utils.clip_global_norm(grads, 0.5 * ref_norm)
+    assert norm == pytest.approx(ref_norm, rel=1e-2)
+    np.testing.assert_allclose(net[3].weight.grad().asnumpy(), scaled_grad * 0.5 * ref_norm / norm,
+                               rtol=2e-3, atol=1e-2)  # still scaled by 1024
+    before = net[3].weight.data().asnumpy().astype("float32")
+    trainer.step(x.shape[0])
+    step = net[3].weight.data().asnumpy().astype("float32") - before
+    np.testing.assert_allclose(step, -0.1 * 0.5 * ref_grads[-2] / x.shape[0], rtol=5e-2,
+                               atol=2e-4)
+
+
 def test_overflow_on_one_device_skips_the_step_on_every_device():
     devices = [mx.cpu(0), mx.cpu(1)]
     amp.init()
