@@ -120,7 +120,7 @@ def _sum_of_squares(array, dtype):
 
 
 def global_norm(arrays):
-    """The 2-norm of a list of arrays of any float dtypes, accumulated in float32.
+    """The 2-norm of a list of arrays of any float dtypes, accumulated in float32 (or float64).
 
     Parameters
     ----------
@@ -324,6 +324,7 @@ def route():
     Examples
     --------
     >>> from mxnet import gluon
+    >>> unroute()  # nothing to undo unless an mxfp16.Trainer or amp.init() routed them
     >>> original = gluon.utils.clip_global_norm
     >>> route()
     >>> gluon.utils.clip_global_norm.__wrapped__ is original
