@@ -603,6 +603,27 @@ def test_reset_restores_the_clipping_functions_and_float32_calls_keep_their_resu
          nlp.utils.parameter.clip_grad_global_norm), originals))
 
 
+def test_gluonnlp_imported_after_init_is_routed_by_init_trainer(monkeypatch):
+    import types
+    for name in ("gluonnlp.utils", "gluonnlp.utils.parameter"):
+        monkeypatch.delitem(sys.modules, name)
+    amp.init()  # GluonNLP not imported (as far as sys.modules shows)
+
+    def clip_grad_global_norm(parameters, max_norm, check_isfinite=True):
+        return "original"
+    later = types.ModuleType("gluonnlp.utils")
+    later.clip_grad_global_norm = clip_grad_global_norm
+    monkeypatch.setitem(sys.modules, "gluonnlp.utils", later)
+    net = _net()
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    assert later.clip_grad_global_norm.__wrapped__ is clip_grad_global_norm
+    assert later.clip_grad_global_norm(net.collect_params().values(), 1.0) == "original"  # float32
+    amp.reset()
+    assert later.clip_grad_global_norm is clip_grad_global_norm
+
+
 def test_an_overflowing_norm_leaves_the_gradients_to_the_skipped_step():
     import gluonnlp as nlp
     amp.init()
