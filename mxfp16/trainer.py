@@ -12,7 +12,7 @@ import logging
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from . import mxnet_internals
+from . import clipping, mxnet_internals
 from .grad_checks import flat_trainer_grads
 from .kvstore import sync_if_horovod
 from .loss_heads import HeadScaling
@@ -130,6 +130,10 @@ class Trainer(gluon.Trainer):
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
                                                                     self.scaler))
         sync_if_horovod(self, kvstore)
+        # gluon.utils.clip_global_norm / nlp.utils.clip_grad_global_norm on this Trainer's
+        # float16 or mixed gradients: mxfp16's drop-ins, or the error naming what to call
+        clipping.watch(self)
+        clipping.route()
 
     @property
     def loss_scale(self):
@@ -180,6 +184,7 @@ class Trainer(gluon.Trainer):
         """How this backward's loss scale reaches the gradients (:class:`HeadScaling`), with
         ``scaled_with`` set to the scale the step will divide by."""
         self.scaler.discard_step(self)
+        clipping.route()  # again, in case amp.reset() undid it or GluonNLP came since
         how = self._heads.start(heads, lambda: flat_trainer_grads(self),
                                 mxnet_internals.trainer_params(self), self.loss_scale)
         self.scaled_with = 1.0 if how == "none" else self.loss_scale
