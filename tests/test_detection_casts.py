@@ -168,3 +168,15 @@ def test_amp_mode_passes_take_and_pick_of_computed_values_through_mxnet_amp():
     emulated = mxfp16.cast_symbol(net, "float16", emulate=True, mode="amp")
     got = [out.asnumpy() for out in emulated.eval(ctx=mx.cpu(), **args)]
     assert all(np.allclose(g, e, rtol=1e-2, atol=1e-2) for g, e in zip(got, expected))
+
+
+def test_a_graph_mxnet_amp_cannot_convert_raises_one_error_naming_mode_full(monkeypatch):
+    from mxfp16.casting import amp_graph
+
+    def fail(*args, **kwargs):
+        raise mx.base.MXNetError("Check failed: something in the pass")
+    monkeypatch.setattr(amp_graph.amp, "convert_symbol", fail)
+    net = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    with pytest.raises(mx.base.MXNetError, match="cannot convert this graph to float16 "
+                       r"\(Check failed: something in the pass\): cast with mode='full'"):
+        mxfp16.cast_symbol(net, "float16", emulate=False, mode="amp")
