@@ -12,7 +12,7 @@ import logging
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from . import mxnet_internals
+from . import clipping, mxnet_internals
 from .grad_checks import flat_trainer_grads
 from .kvstore import sync_if_horovod
 from .loss_heads import HeadCheck, describe
@@ -131,6 +131,10 @@ class Trainer(gluon.Trainer):
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
                                                                     self.scaler))
         sync_if_horovod(self, kvstore)
+        # gluon.utils.clip_global_norm / nlp.utils.clip_grad_global_norm on this Trainer's
+        # float16 or mixed gradients: mxfp16's drop-ins, or the error naming what to call
+        clipping.watch(self)
+        clipping.route()
 
     @property
     def loss_scale(self):
@@ -169,6 +173,7 @@ class Trainer(gluon.Trainer):
         comes back unscaled, and the step divides by 1 (see :meth:`backward`)."""
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
         self.scaler.discard_step(self)
+        clipping.route()  # again, in case amp.reset() undid it or GluonNLP came since
         self._loss_scaled = True
         if self._scale_for(heads) == 1.0:
             self.scaled_with = 1.0
@@ -214,6 +219,7 @@ class Trainer(gluon.Trainer):
         """
         heads = list(losses) if isinstance(losses, (list, tuple)) else [losses]
         self.scaler.discard_step(self)
+        clipping.route()  # again, in case amp.reset() undid it or GluonNLP came since
         scale = self._scale_for(heads)
         head_grads = None if scale == 1.0 else \
             [mx.nd.full(head.shape, scale, ctx=head.context, dtype=head.dtype) for head in heads]

@@ -50,6 +50,16 @@ def _step(net, trainer, x, y, ctx_list=None):
     return sum(float(loss.sum().asscalar()) for loss in losses) / x.shape[0]
 
 
+def test_from_mxfp16_amp_import_amp_has_mxnet_amps_module_names():
+    """GluonNLP's BERT scripts write `from mxnet.contrib.amp import amp`: the same line works."""
+    from mxnet.contrib.amp import amp as mxnet_amp
+
+    from mxfp16.amp import amp as module
+    assert module.__name__ == "mxfp16.amp.amp"
+    assert set(mxnet_amp.__all__) <= set(module.__all__)
+    assert all(getattr(module, name) is getattr(amp, name) for name in module.__all__)
+
+
 @pytest.mark.parametrize("order", ["init_first", "network_first"])
 def test_networks_built_before_or_after_init_train_in_float16(order):
     if order == "network_first":
@@ -123,6 +133,46 @@ def test_unscale_then_clip_then_step_matches_float32():
     amp.unscale(trainer)
     with pytest.raises(RuntimeError, match="divided by the loss scale twice"):
         amp.unscale(trainer)
+
+
+def test_gluons_clip_global_norm_compares_the_true_norm_while_the_scale_is_held():
+    """The unchanged gluon.utils.clip_global_norm between scale_loss and step, without unscale:
+    float16 and float32 gradients on a CPU, the true norm compared with max_norm, the gradients
+    left scaled for the step, which then moves the weights as float32's clipped step does."""
+    x, y = _data()
+    reference = _net()
+    reference.initialize(mx.init.Xavier())
+    values = [v.data().copy() for v in reference.collect_params().values()]
+    amp.init()
+    net = _net()
+    net.initialize()
+    for param, value in zip(net.collect_params().values(), values):
+        param.set_data(value)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale=1024)
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCELoss()(net(x), y)
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    with autograd.record():
+        ref_loss = gluon.loss.SoftmaxCELoss()(reference(x), y)
+    ref_loss.backward()
+    ref_grads = [p.grad().asnumpy() for p in reference.collect_params().values()
+                 if p.grad_req != "null"]
+    ref_norm = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in ref_grads)))
+    grads = [p.grad() for p in net.collect_params().values() if p.grad_req != "null"]
+    assert {g.dtype.__name__ for g in grads} == {"float16", "float32"}
+    scaled_grad = net[3].weight.grad().asnumpy().astype("float32")
+    norm = gluon.utils.clip_global_norm(grads, 0.5 * ref_norm)
+    assert norm == pytest.approx(ref_norm, rel=1e-2)
+    np.testing.assert_allclose(net[3].weight.grad().asnumpy(), scaled_grad * 0.5 * ref_norm / norm,
+                               rtol=2e-3, atol=1e-2)  # still scaled by 1024
+    before = net[3].weight.data().asnumpy().astype("float32")
+    trainer.step(x.shape[0])
+    step = net[3].weight.data().asnumpy().astype("float32") - before
+    np.testing.assert_allclose(step, -0.1 * 0.5 * ref_grads[-2] / x.shape[0], rtol=5e-2,
+                               atol=2e-4)
 
 
 def test_overflow_on_one_device_skips_the_step_on_every_device():
@@ -423,19 +473,23 @@ def test_mxnet_amp_tutorial_training_loop():
     assert amp.loss_scaler(trainer).num_steps == 3
 
 
-def test_gluonnlp_bert_finetune_loop(tmp_path):
-    """finetune_classifier.py --dtype float16's calls, in its order, on a tiny random BERT: init,
-    model, hybridize(static_alloc=True), Trainer('bertadam', update_on_kvstore=False),
-    init_trainer, set_learning_rate, scale_loss, allreduce_grads, update(1), save/load.  Its
-    nlp.utils.clip_grad_global_norm between allreduce_grads and update is left out (see the
-    guide: one multi_sum_sq over float16 and float32 gradients)."""
+def _bert_finetune(dtype, threshold=None, steps=12):
+    """finetune_classifier.py's calls in its order (--dtype float16: the AMP ones) on a tiny random
+    BERT: init, model, hybridize(static_alloc=True), Trainer('bertadam', its default epsilon 1e-6,
+    update_on_kvstore=False), init_trainer, set_learning_rate, scale_loss, allreduce_grads,
+    nlp.utils.clip_grad_global_norm(params, 1), update(1).  ``threshold``: finetune_squad.py's
+    form instead, ``norm_clip = threshold * trainer._amp_loss_scaler.loss_scale`` read inside the
+    scale_loss block.  Returns the losses, the clipping calls' norms in float32 units, the
+    training accuracy, the model and the trainer."""
     import gluonnlp as nlp
-    amp.init()
+    amp.reset()
+    if dtype == "float16":
+        amp.init()
     mx.random.seed(2)
     encoder = nlp.model.BERTEncoder(num_layers=1, units=16, hidden_size=32, max_length=16,
                                     num_heads=2, dropout=0.0, output_attention=False,
                                     output_all_encodings=False)
-    bert = nlp.model.BERTModel(encoder, 20, token_type_vocab_size=2, units=16, embed_size=16,
+    bert = nlp.model.BERTModel(encoder, 30, token_type_vocab_size=2, units=16, embed_size=16,
                                word_embed=None, use_pooler=True, use_decoder=False,
                                use_classifier=False)
     model = nlp.model.BERTClassifier(bert, dropout=0.1, num_classes=2)
@@ -443,33 +497,158 @@ def test_gluonnlp_bert_finetune_loop(tmp_path):
     loss_function = gluon.loss.SoftmaxCELoss()
     model.hybridize(static_alloc=True)
     loss_function.hybridize(static_alloc=True)
-    trainer = gluon.Trainer(model.collect_params(), "bertadam",
+    all_model_params = model.collect_params()
+    trainer = gluon.Trainer(all_model_params, "bertadam",
                             {"learning_rate": 5e-3, "epsilon": 1e-6, "wd": 0.01},
                             update_on_kvstore=False)
-    amp.init_trainer(trainer)
+    if dtype == "float16":
+        amp.init_trainer(trainer)
     for _, v in model.collect_params(".*beta|.*gamma|.*bias").items():
         v.wd_mult = 0.0
+    params = [p for p in all_model_params.values() if p.grad_req != "null"]
     rng = np.random.RandomState(0)
-    label = mx.nd.array(rng.randint(0, 2, 8), dtype="int32")
-    input_ids = mx.nd.array(rng.randint(3, 10, (8, 6)) + 10 * label.asnumpy()[:, None] // 1)
-    segment_ids, valid_length = mx.nd.zeros((8, 6)), mx.nd.full((8,), 6)
-    losses = []
-    for _ in range(8):
+    label = mx.nd.array(rng.randint(0, 2, 16), dtype="int32")
+    input_ids = mx.nd.array(rng.randint(3, 15, (16, 6)) + 15 * label.asnumpy()[:, None])
+    segment_ids, valid_length = mx.nd.zeros((16, 6)), mx.nd.full((16,), 6)
+    losses, norms = [], []
+    for _ in range(steps):
         trainer.set_learning_rate(5e-3)
         with mx.autograd.record():
             out = model(input_ids, segment_ids, valid_length.astype("float32"))
             ls = loss_function(out, label).mean()
-            with amp.scale_loss(ls, trainer) as scaled_loss:
-                mx.autograd.backward(scaled_loss)
+            if dtype == "float16":
+                with amp.scale_loss(ls, trainer) as scaled_loss:
+                    mx.autograd.backward(scaled_loss)
+                    if threshold:
+                        norm_clip = threshold * trainer._amp_loss_scaler.loss_scale
+            else:
+                ls.backward()
+                norm_clip = threshold
         trainer.allreduce_grads()
+        if threshold:  # the norm it returns is in norm_clip's (scaled) units
+            norms.append(nlp.utils.clip_grad_global_norm(params, norm_clip).asscalar()
+                         * threshold / norm_clip)
+        else:
+            norms.append(nlp.utils.clip_grad_global_norm(params, 1).asscalar())
         trainer.update(1)
         losses.append(float(ls.asscalar()))
-    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < 0.5 * losses[0]
+    predicted = model(input_ids, segment_ids, valid_length).argmax(axis=1)
+    accuracy = float((predicted == label.astype("float32")).mean().asscalar())
+    return losses, norms, accuracy, model, trainer
+
+
+def test_gluonnlp_bert_finetune_loop_clips_and_learns_like_float32(tmp_path):
+    """finetune_classifier.py clips with max_norm 1 between allreduce_grads and update while the
+    gradients still hold the loss scale: the routed nlp.utils.clip_grad_global_norm compares the
+    true norm with 1 (mxnet#15738), so float16 learns as float32 does.  Clipping the scaled
+    gradients to norm 1 (MXNet AMP) left the loss at 0.62-0.69 after 12 steps, accuracy 0.62."""
+    import gluonnlp as nlp
+    ref_losses, ref_norms, ref_accuracy, _, _ = _bert_finetune("float32")
+    losses, norms, accuracy, model, trainer = _bert_finetune("float16")
+    assert ref_accuracy == accuracy == 1.0 and ref_losses[-1] < 0.01
+    # float32's gradients stay below norm 1: the scaled ones (x 2**15) would all be clipped
+    assert max(ref_norms) < 1 < min(ref_norms) * amp.loss_scaler(trainer).loss_scale
+    np.testing.assert_allclose(norms, ref_norms, rtol=2e-2, atol=2e-3)
+    np.testing.assert_allclose(losses, ref_losses, rtol=5e-2, atol=2e-3)
+    assert amp.loss_scaler(trainer).loss_scale > 1 and amp.loss_scaler(trainer).num_skipped == 0
     nlp.utils.save_parameters(model, str(tmp_path / "model_bert.params"))
     assert {v.dtype for v in mx.nd.load(str(tmp_path / "model_bert.params")).values()} == \
         {np.float32}
     nlp.utils.load_parameters(model, str(tmp_path / "model_bert.params"))
     assert model.classifier[-1].weight.data().dtype == np.float16
+
+
+def test_gluonnlp_squad_threshold_times_loss_scale_clips_like_float32():
+    """finetune_squad.py reads trainer._amp_loss_scaler.loss_scale inside the scale_loss block and
+    clips with norm_clip = 1.0 * size * loss_scale (MXNet AMP's scaled units): the routed function
+    takes that threshold in scaled units, so clipping and training match float32's."""
+    ref_losses, ref_norms, _, _, _ = _bert_finetune("float32", threshold=0.3)
+    losses, norms, _, _, trainer = _bert_finetune("float16", threshold=0.3)
+    assert amp.loss_scaler(trainer).loss_scale > 1
+    assert sum(norm > 0.3 for norm in ref_norms) >= 3  # the clipping bites
+    np.testing.assert_allclose(norms, ref_norms, rtol=2e-2, atol=2e-3)
+    np.testing.assert_allclose(losses, ref_losses, rtol=5e-2, atol=2e-3)
+
+
+def test_reset_restores_the_clipping_functions_and_float32_calls_keep_their_results():
+    import gluonnlp as nlp
+    originals = (gluon.utils.clip_global_norm, nlp.utils.clip_grad_global_norm,
+                 nlp.utils.parameter.clip_grad_global_norm)
+    amp.init()
+    routed = (gluon.utils.clip_global_norm, nlp.utils.clip_grad_global_norm,
+              nlp.utils.parameter.clip_grad_global_norm)
+    assert routed[0] is not originals[0] and routed[1] is routed[2] is not originals[1]
+    rng = np.random.RandomState(0)
+    values = [rng.randn(5).astype("float32") * 3, rng.randn(2, 3).astype("float32")]
+    arrays = [mx.nd.array(v) for v in values]
+    expected = [mx.nd.array(v) for v in values]
+    assert routed[0](arrays, 1.0) == originals[0](expected, 1.0)
+    for array, reference in zip(arrays, expected):
+        assert np.array_equal(array.asnumpy(), reference.asnumpy())
+    def params_of(prefix):
+        params = [gluon.Parameter(f"{prefix}{index}", shape=value.shape)
+                  for index, value in enumerate(values)]
+        for param, value in zip(params, values):
+            param.initialize()
+            param.grad()[:] = value
+        return params
+
+    params, expected_params = params_of("routed"), params_of("original")
+    assert routed[1](params, 1.0).asscalar() == originals[1](expected_params, 1.0).asscalar()
+    for param, reference in zip(params, expected_params):
+        assert np.array_equal(param.grad().asnumpy(), reference.grad().asnumpy())
+    amp.reset()
+    assert all(now is then for now, then in zip(
+        (gluon.utils.clip_global_norm, nlp.utils.clip_grad_global_norm,
+         nlp.utils.parameter.clip_grad_global_norm), originals))
+
+
+def test_gluonnlp_imported_after_init_is_routed_by_init_trainer(monkeypatch):
+    import types
+    for name in ("gluonnlp.utils", "gluonnlp.utils.parameter"):
+        monkeypatch.delitem(sys.modules, name)
+    amp.init()  # GluonNLP not imported (as far as sys.modules shows)
+
+    def clip_grad_global_norm(parameters, max_norm, check_isfinite=True):
+        return "original"
+    later = types.ModuleType("gluonnlp.utils")
+    later.clip_grad_global_norm = clip_grad_global_norm
+    monkeypatch.setitem(sys.modules, "gluonnlp.utils", later)
+    net = _net()
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", update_on_kvstore=False)
+    amp.init_trainer(trainer)
+    assert later.clip_grad_global_norm.__wrapped__ is clip_grad_global_norm
+    assert later.clip_grad_global_norm(net.collect_params().values(), 1.0) == "original"  # float32
+    amp.reset()
+    assert later.clip_grad_global_norm is clip_grad_global_norm
+
+
+def test_an_overflowing_norm_leaves_the_gradients_to_the_skipped_step():
+    import gluonnlp as nlp
+    amp.init()
+    net = _net()
+    net.initialize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, loss_scale="dynamic:1024")
+    x, y = _data()
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCELoss()(net(x), y)
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    net[0].weight.grad()[0, 0] = np.inf
+    before = net[3].weight.grad().asnumpy()
+    weights = net[3].weight.data().asnumpy()
+    params = list(net.collect_params().values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow the step skips: no "nan or inf" warning
+        norm = nlp.utils.clip_grad_global_norm(params, 1e-3)
+    assert norm.asscalar() == np.inf
+    assert np.array_equal(net[3].weight.grad().asnumpy(), before)  # left scaled, unclipped
+    trainer.step(x.shape[0])
+    assert np.array_equal(net[3].weight.data().asnumpy(), weights)
+    assert amp.loss_scaler(trainer).num_skipped == 1 and amp.loss_scaler(trainer).loss_scale == 512
 
 
 @pytest.mark.skipif(horovod_missing() is not None, reason=str(horovod_missing()))

@@ -136,8 +136,44 @@ def test_gluonnlps_clip_grad_global_norm_manual_form_has_a_drop_in():
     assert mxfp16.clipping.global_norm([p.grad() for p in params]).asscalar() == \
         pytest.approx(0.5, rel=2e-3)
     assert trainer.update(2)
-    with pytest.raises(mx.base.MXNetError, match="requires uniform type"):
-        nlp.utils.clip_grad_global_norm(params, 0.5)  # what the drop-in replaces
+    with pytest.raises(mx.base.MXNetError, match="requires uniform type"):  # what it replaces
+        nlp.utils.parameter.clip_grad_global_norm.__wrapped__(params, 0.5)
+
+
+def _numpy_norm(arrays):
+    return np.sqrt(sum(float((a.asnumpy().astype(np.float64) ** 2).sum()) for a in arrays))
+
+
+def test_gluons_and_gluonnlps_unchanged_clipping_work_with_an_mxfp16_trainer():
+    """An mxfp16.Trainer routes gluon.utils.clip_global_norm and nlp.utils.clip_grad_global_norm:
+    float16 and float32 gradients of a cast network are clipped on a CPU (the originals fail:
+    "dot only supports float32/float64 for CPU", "requires uniform type"); while the Trainer
+    holds them scaled, the error names what to call."""
+    mx.random.seed(0)
+    net, loss = grads_of("float16")
+    params = list(net.collect_params().values())
+    trainer = mxfp16.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                             loss_scale=1024)
+    grads = [p.grad() for p in params]
+    for step in range(2):
+        trainer.backward(loss)
+        with pytest.raises(RuntimeError, match=r"\(1024\).*trainer.clip_global_norm\(max_norm\)"):
+            gluon.utils.clip_global_norm(grads, 0.5)
+        with pytest.raises(RuntimeError, match=r"\(1024\).*allreduce_grads\(\) first"):
+            nlp.utils.clip_grad_global_norm(params, 0.5)
+        trainer.allreduce_grads()  # divides the loss scale out
+        expected = _numpy_norm(grads)
+        if step == 0:
+            norm = gluon.utils.clip_global_norm(grads, 0.5)
+            assert isinstance(norm, float)
+        else:
+            norm = nlp.utils.clip_grad_global_norm(params, 0.5).asscalar()
+        assert expected > 1.0 and norm == pytest.approx(expected, rel=1e-6)
+        assert _numpy_norm(grads) == pytest.approx(0.5, rel=2e-3)
+        assert {g.dtype.__name__ for g in grads} == {"float16", "float32"}
+        assert trainer.update(2)
+        with autograd.record():
+            loss = (net(mx.nd.arange(6).reshape((2, 3))) * mx.nd.arange(4)).sum()
 
 
 def test_a_hybrid_forward_calling_nd_functions_fails_at_cast_time_naming_the_line():

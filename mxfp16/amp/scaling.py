@@ -14,7 +14,7 @@ import logging
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals
+from .. import clipping, mxnet_internals
 from ..grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
 from ..loss_heads import HeadCheck, describe
 from ..loss_scaling import LossScaler, make_loss_scaler
@@ -48,6 +48,7 @@ class TrainerScaling:
         self.dtype = dtype
         self.scaled_with = None  # the scale this step's loss was multiplied by
         self.unscaled = False  # unscale() divided this step's gradients already
+        self.scale_read = False  # the script read loss_scale since the last update
         self._optimizer = None  # the optimizer last seen: load_states replaces it
         self._head_check = HeadCheck()
         self._warned_heads = False
@@ -55,8 +56,22 @@ class TrainerScaling:
 
     @property
     def loss_scale(self):
-        """The scale the next ``scale_loss`` multiplies by (MXNet AMP's ``LossScaler`` name)."""
+        """The scale the next ``scale_loss`` multiplies by (MXNet AMP's ``LossScaler`` name).
+
+        A script that reads it during a step (GluonNLP's SQuAD script: ``norm_clip = 1.0 * size *
+        trainer._amp_loss_scaler.loss_scale``) clips in scaled units, as under MXNet AMP: see
+        :meth:`clip_scale`."""
+        self.scale_read = True
         return self.scaler.loss_scale
+
+    def clip_scale(self):
+        """What the clipping functions of :mod:`mxfp16.clipping` need to know of this step's
+        gradients: None if they are true ones (no scale, or ``unscale`` divided it out), else the
+        scale they carry and whether ``max_norm`` is in scaled units (the script read
+        :attr:`loss_scale` since the last update)."""
+        if not self.scaler.enabled or self.unscaled or self.scaled_with in (None, 1.0):
+            return None
+        return clipping.HeldScale(self.scaled_with, self.scale_read)
 
     def _adopt_optimizer(self):
         """Give the Trainer's optimizer (a new one after ``trainer.load_states``) float32 master
@@ -87,6 +102,7 @@ class TrainerScaling:
                 mxnet_internals.init_trainer_kvstore(self.trainer)
             check_updates_on_workers(self.trainer)
         self._adopt_optimizer()
+        clipping.route()  # GluonNLP may have been imported since init_trainer
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
         if self.scaler.enabled and self.scaler.loss_scale != 1.0 and self._ignores_head(heads):
             self.scaled_with = 1.0  # the scale would not reach the gradients (mxfp16.Trainer's rule)
@@ -126,7 +142,7 @@ class TrainerScaling:
         self._adopt_optimizer()
         check_updates_on_workers(self.trainer)
         scale = 1.0 if self.unscaled else (self.scaled_with or 1.0)
-        self.scaled_with, self.unscaled = None, False
+        self.scaled_with, self.unscaled, self.scale_read = None, False, False
         if not self.scaler.enabled:
             return False
         grads = flat_trainer_grads(self.trainer)
@@ -171,6 +187,7 @@ def attach(trainer, dtype, loss_scale=None):
     # mxnet.contrib.amp itself; its scale_loss then scales by this hook's loss_scale and undoes
     # it through trainer._scale, so has_overflow (which saw no mxfp16 scale_loss) divides by 1.
     trainer._amp_original_scale = mxnet_internals.trainer_scale(trainer)
+    clipping.watch(trainer)
     return hook
 
 
