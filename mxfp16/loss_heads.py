@@ -34,7 +34,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from . import mxnet_internals
+from . import boundary_scale, mxnet_internals
 from .dtypes import LOSS_HEADS
 
 log = logging.getLogger(__name__)
@@ -67,14 +67,22 @@ def _graph(heads):
     return ops, (tuple(ops), tuple(names)), cached
 
 
-def _symbol_ops(graph):
-    """Every op of a graph in JSON form, those in subgraphs (partitioned graphs) included."""
+def symbol_ops(graph):
+    """Every op of a graph in JSON form, those in subgraphs (partitioned graphs) included.
+
+    Examples
+    --------
+    >>> import json
+    >>> import mxnet as mx
+    >>> symbol_ops(json.loads(mx.sym.SoftmaxOutput(mx.sym.var('x') * 2).tojson()))
+    ['_mul_scalar', 'SoftmaxOutput']
+    """
     ops = []
     for node in graph["nodes"]:
         if node["op"] != "null":
             ops.append(node["op"])
         for subgraph in node.get("subgraphs", ()):
-            ops += _symbol_ops(subgraph)
+            ops += symbol_ops(subgraph)
     return ops
 
 
@@ -87,7 +95,7 @@ def _cached_ops(cached):
     for sym in mxnet_internals.hybridized_graphs():
         signature = (tuple(sym.list_outputs()), len(sym.list_inputs()))
         if signature in wanted:
-            graphs.setdefault(signature, set()).update(_symbol_ops(json.loads(sym.tojson())))
+            graphs.setdefault(signature, set()).update(symbol_ops(json.loads(sym.tojson())))
     found = set().union(*graphs.values()) & LOSS_HEADS
     return sorted(found), [signature for signature in cached if signature not in graphs]
 
@@ -196,10 +204,99 @@ class HeadCheck:
         return self._answers[key]
 
 
-def describe(ops):
-    """The sentence a Trainer logs when a loss ignores its head gradient (once per Trainer)."""
-    return (f"the loss passes through {', '.join(ops)}, whose backward ignores the head gradient "
-            "(GluonCV's segmentation losses are built on SoftmaxOutput): a loss scale would not "
-            "reach the gradients, so this loss is back-propagated unscaled and the step divides by "
-            "1, as in float32. Float16 gradients below 2**-24 flush to zero on the way; a loss "
-            "that passes the head gradient on (gluon.loss.SoftmaxCrossEntropyLoss) is scaled")
+#: What each case of :func:`mxfp16.boundary_scale.where_scale_goes` means, for the log.
+_WHERE = {
+    boundary_scale.SCALED_AT_BOUNDARY: (
+        logging.INFO,
+        "the loss scale enters the gradients at the cast networks' boundary instead (each cast "
+        "network multiplies the gradient of its outputs by it and divides the one of its inputs; "
+        "gradients outside the cast networks are multiplied after the backward), so the step "
+        "divides by the scale as for any loss"),
+    boundary_scale.NO_CAST_NETWORK: (
+        logging.WARNING,
+        "no network cast by mxfp16.cast_block ran while autograd recorded since the last "
+        "backward (a network cast with net.cast('float16')?), so the scale has no boundary to "
+        "enter at: this loss is back-propagated unscaled and the step divides by 1, as in "
+        "float32, and float16 gradients below 2**-24 flush to zero on the way. Cast the network "
+        "with mxfp16.cast_block (the scale then enters at its boundary), or use a loss that passes "
+        "the head gradient on (gluon.loss.SoftmaxCrossEntropyLoss)"),
+    boundary_scale.HEAD_INSIDE: (
+        logging.WARNING,
+        "the op is inside a cast network's own graph (cast with the network), behind the "
+        "boundary where the scale enters: this loss is back-propagated unscaled and the step "
+        "divides by 1, as in float32, and float16 gradients below 2**-24 flush to zero on the "
+        "way. Cast the network without its loss and compute the loss on its float32 outputs "
+        "(the scale then enters at its boundary)"),
+}
+
+
+def describe(ops, where=boundary_scale.NO_CAST_NETWORK):
+    """``(level, sentence)`` a Trainer logs (once per case) when a loss ignores its head gradient,
+    for ``where`` the scale goes (:func:`mxfp16.boundary_scale.where_scale_goes`)."""
+    level, what = _WHERE[where]
+    return level, (f"the loss passes through {', '.join(ops)}, whose backward ignores the head "
+                   "gradient (GluonCV's segmentation losses are built on SoftmaxOutput), so a "
+                   f"scale multiplied into the loss would not reach the gradients: {what}")
+
+
+class HeadScaling:
+    """One Trainer's answer, per backward, to: how does the loss scale reach the gradients?
+
+    ``'head'``: through the loss (its head gradient), as for any loss; ``'boundary'``: the loss
+    passes through a head-ignoring op, and the scale enters at the cast networks' boundary
+    (a :class:`mxfp16.boundary_scale.ScaledBackward` is pending until :meth:`finish`);
+    ``'none'``: it cannot, the backward runs unscaled.  Logged once per case.
+
+    Parameters
+    ----------
+    name : str
+        The caller, in the log (``'mxfp16.Trainer'``, ``'mxfp16.amp'``).
+    logger : logging.Logger
+        The caller's logger.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> from mxnet import autograd
+    >>> w = mx.nd.ones((3,))
+    >>> w.attach_grad()
+    >>> with autograd.record():
+    ...     loss = mx.nd.MakeLoss((w * 2).sum())
+    >>> HeadScaling('doctest').start([loss], lambda: [w.grad], [], 1024.0)
+    'none'
+    """
+
+    def __init__(self, name, logger=log):
+        self._name, self._log = name, logger
+        self._check = HeadCheck()
+        self._since = boundary_scale.recorded_calls()
+        self._logged = set()
+        self._pending = None
+
+    def start(self, heads, grads, params, scale):
+        """How ``scale`` reaches the gradients of ``heads`` (see the class); ``grads()`` gives the
+        gradient arrays (for :meth:`HeadCheck.ops`), ``params`` the Trainer's parameters."""
+        self.finish()
+        boundary_scale.finish_pending()  # another Trainer's, never stepped: not into this one
+        since, self._since = self._since, boundary_scale.recorded_calls()
+        if scale == 1.0:
+            return "head"
+        ops = self._check.ops(heads, grads())
+        if not ops:
+            return "head"
+        where = boundary_scale.where_scale_goes(since)
+        if where not in self._logged:
+            self._logged.add(where)
+            level, sentence = describe(ops, where)
+            self._log.log(level, "%s: %s", self._name, sentence)
+        if where != boundary_scale.SCALED_AT_BOUNDARY:
+            return "none"
+        self._pending = boundary_scale.ScaledBackward(params, scale)
+        return "boundary"
+
+    def finish(self):
+        """End the pending boundary-scaled backward, if any: ``s`` back to 1, the gradients
+        outside the cast networks scaled."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.finish()

@@ -15,7 +15,7 @@ from mxnet import autograd, gluon
 from . import clipping, mxnet_internals
 from .grad_checks import flat_trainer_grads
 from .kvstore import sync_if_horovod
-from .loss_heads import HeadCheck, describe
+from .loss_heads import HeadScaling
 from .loss_scaling import LossScaler, make_loss_scaler
 from .optimizers import adapt_states, make_optimizer, restore_multi_precision, training_dtype
 
@@ -124,8 +124,7 @@ class Trainer(gluon.Trainer):
         self.scaler = _scaler_for(loss_scale, dtype)
         self._loss_scaled = False  # trainer.backward / trainer.scale ran since the last update
         self.scaled_with = None  # the loss scale of that backward, which the update divides by
-        self._head_check = HeadCheck()
-        self._warned_heads = False
+        self._heads = HeadScaling("mxfp16.Trainer", log)
         optimizer = make_optimizer(optimizer, dtype, **dict(optimizer_params or {}))
         super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
@@ -161,7 +160,8 @@ class Trainer(gluon.Trainer):
         """Whether the gradients are multiplied by the loss scale now: after :meth:`backward`,
         until :meth:`allreduce_grads` divides it out or the step ends (:meth:`clip_global_norm`
         clips them scaled).  Not after a backward at scale 1 (the ``'auto'`` start, or a loss that
-        ignores its head gradient).  Clipping helpers that measure a norm refuse them."""
+        ignores its head gradient with no cast network to scale at).  Clipping helpers that
+        measure a norm refuse them."""
         return (self.scaler.enabled and self._loss_scaled and self.scaled_with != 1.0
                 and not self.scaler.is_unscaled(self))
 
@@ -170,31 +170,25 @@ class Trainer(gluon.Trainer):
         itself (inside ``autograd.record()``); :meth:`backward` does both.
 
         A loss whose backward ignores the head gradient (``SoftmaxOutput``, ``MakeLoss``, ...)
-        comes back unscaled, and the step divides by 1 (see :meth:`backward`)."""
+        comes back as it is: its scale enters at the cast networks' boundary, from now until the
+        next :meth:`backward`, :meth:`scale` or step, which also bring the gradients outside the
+        cast networks to the scale (see :meth:`backward`)."""
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
+        how = self._start_backward(heads)
+        self._loss_scaled = True
+        if how == "head" and self.scaled_with != 1.0:
+            return self.scaler.scale(loss)
+        return loss
+
+    def _start_backward(self, heads):
+        """How this backward's loss scale reaches the gradients (:class:`HeadScaling`), with
+        ``scaled_with`` set to the scale the step will divide by."""
         self.scaler.discard_step(self)
         clipping.route()  # again, in case amp.reset() undid it or GluonNLP came since
-        self._loss_scaled = True
-        if self._scale_for(heads) == 1.0:
-            self.scaled_with = 1.0
-            return loss
-        self.scaled_with = self.scaler.loss_scale
-        return self.scaler.scale(loss)
-
-    def _scale_for(self, heads):
-        """The loss scale this backward multiplies by: 1 when the gradients pass through an op
-        that ignores the head gradient, where a scale would be lost and the step would train at
-        1/scale (logged once per Trainer)."""
-        scale = self.loss_scale
-        if scale == 1.0:
-            return scale
-        ops = self._head_check.ops(heads, flat_trainer_grads(self))
-        if not ops:
-            return scale
-        if not self._warned_heads:
-            log.warning("mxfp16.Trainer: %s", describe(ops))
-            self._warned_heads = True
-        return 1.0
+        how = self._heads.start(heads, lambda: flat_trainer_grads(self),
+                                mxnet_internals.trainer_params(self), self.loss_scale)
+        self.scaled_with = 1.0 if how == "none" else self.loss_scale
+        return how
 
     def backward(self, losses, retain_graph=False, train_mode=True):
         """``autograd.backward`` of the losses multiplied by the loss scale.
@@ -205,10 +199,13 @@ class Trainer(gluon.Trainer):
 
         When a loss passes through an op whose backward ignores the head gradient
         (``SoftmaxOutput``, ``MakeLoss``, the ``*RegressionOutput`` ops: GluonCV's segmentation
-        losses), the scale could not reach the gradients, so that backward runs unscaled and the
-        step divides by 1: the update is float32's, and float16 gradients below 2**-24 flush to
-        zero (logged once).  Found in the recorded graph (a hybridized block's in its own
-        graph), with no extra backward.
+        losses), found in the recorded graph, the scale enters at the boundary of the cast
+        networks (:mod:`mxfp16.boundary_scale`) instead: each multiplies the gradient of its
+        outputs by it, and the gradients of parameters outside them are multiplied after the
+        backward; the step divides by the scale as for any loss.  Without a cast network on the
+        way (one cast with ``net.cast``), or with the op inside a cast network's graph, the
+        backward runs unscaled and the step divides by 1: float32's update, with float16
+        gradients below 2**-24 flushed to zero (logged once, with what to do).
 
         Parameters
         ----------
@@ -218,18 +215,20 @@ class Trainer(gluon.Trainer):
             As for ``NDArray.backward``.
         """
         heads = list(losses) if isinstance(losses, (list, tuple)) else [losses]
-        self.scaler.discard_step(self)
-        clipping.route()  # again, in case amp.reset() undid it or GluonNLP came since
-        scale = self._scale_for(heads)
-        head_grads = None if scale == 1.0 else \
+        how = self._start_backward(heads)
+        scale = self.scaled_with
+        head_grads = None if how != "head" or scale == 1.0 else \
             [mx.nd.full(head.shape, scale, ctx=head.context, dtype=head.dtype) for head in heads]
-        autograd.backward(heads, head_grads=head_grads, retain_graph=retain_graph,
-                          train_mode=train_mode)
+        try:
+            autograd.backward(heads, head_grads=head_grads, retain_graph=retain_graph,
+                              train_mode=train_mode)
+        finally:
+            self._heads.finish()
         self._loss_scaled = True
-        self.scaled_with = scale
 
     def _steps(self, ignore_stale_grad=False):
         """This Trainer as the scaler drives it, once the step's loss was scaled."""
+        self._heads.finish()  # after trainer.scale(loss) and the user's backward
         if self.scaler.enabled and not self._loss_scaled:
             raise RuntimeError(
                 "the gradients did not come from trainer.backward(loss): with loss scaling on "

@@ -327,3 +327,11 @@ def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
     assert [row["mode"] for row in record["summary"]] == [name for name, _, _ in module.MODES]
     assert record["summary"][0]["over_float32"] == 1.0
     assert len(table_rows(markdown)) == 5
+
+
+def test_boundary_scale_step_quick_times_every_mode(load_benchmark, tmp_path):
+    module = load_benchmark("boundary_scale_step")
+    record, markdown = run_quick(module, tmp_path)
+    assert [row["mode"] for row in record["summary"]] == list(module.MODES)
+    assert record["summary"][0]["over_boundary_off"] == 1.0
+    assert len(table_rows(markdown)) == 3

@@ -82,8 +82,9 @@ def data():
             mx.nd.array(rng.randint(0, CLASSES, (2, 5, 5))))
 
 
-def one_update(loss_fn, dtype, loss_scale, hybridize=True, steps=1):
-    """The weights before and after ``steps`` SGD steps (momentum 0), as float32 numpy arrays."""
+def one_update(loss_fn, dtype, loss_scale, hybridize=True, steps=1, lr=1.0, seen=None):
+    """The weights before and after ``steps`` SGD steps (momentum 0), as float32 numpy arrays;
+    ``seen`` collects ``trainer.scaled_with`` after each backward."""
     mx.random.seed(0)
     net = TwoHeads(prefix="net_")
     net.initialize(mx.init.Xavier())
@@ -92,7 +93,7 @@ def one_update(loss_fn, dtype, loss_scale, hybridize=True, steps=1):
     if hybridize:
         net.hybridize()
     params = net.collect_params()
-    trainer = mxfp16.Trainer(params, "sgd", {"learning_rate": 1.0, "momentum": 0.0},
+    trainer = mxfp16.Trainer(params, "sgd", {"learning_rate": lr, "momentum": 0.0},
                              dtype=dtype, loss_scale=loss_scale)
     x, y = data()
     before = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
@@ -100,6 +101,8 @@ def one_update(loss_fn, dtype, loss_scale, hybridize=True, steps=1):
         with autograd.record():
             loss = loss_fn(net(x), y)
         trainer.backward(loss)
+        if seen is not None:
+            seen.append(trainer.scaled_with)
         assert trainer.step(x.shape[0])
     after = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
     return before, after, trainer
@@ -108,6 +111,13 @@ def one_update(loss_fn, dtype, loss_scale, hybridize=True, steps=1):
 def assert_same_update(loss_fn, dtype, loss_scale, **kwargs):
     before32, after32, _ = one_update(loss_fn, "float32", None, **kwargs)
     before16, after16, trainer = one_update(loss_fn, dtype, loss_scale, **kwargs)
+    assert_same_steps((before32, after32), (before16, after16))
+    return trainer
+
+
+def assert_same_steps(float32, float16):
+    """Each weight's float16 step is float32's, within float16's resolution at the weight."""
+    (before32, after32), (before16, after16) = float32, float16
     for key in before32:
         step32 = after32[key] - before32[key]
         step16 = after16[key] - before16[key]
@@ -118,7 +128,6 @@ def assert_same_update(loss_fn, dtype, loss_scale, **kwargs):
         # Within a few float16 steps of the weights (2**-10 relative), not 1/scale of the update.
         tolerance = 4 * 2.0 ** -10 * (np.abs(before32[key]).max() + np.abs(step32).max())
         np.testing.assert_allclose(step16, step32, atol=tolerance, rtol=0.02, err_msg=key)
-    return trainer
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
@@ -210,10 +219,11 @@ def test_probe_of_a_block_that_is_gone_keeps_accumulated_gradients_and_runs_once
 
 
 def test_trainer_logs_once(caplog):
-    with caplog.at_level("WARNING", logger="mxfp16.trainer"):
+    with caplog.at_level("INFO", logger="mxfp16.trainer"):
         one_update(mix_loss, "float16", 1024.0, steps=2)
     messages = [r.getMessage() for r in caplog.records if "SoftmaxOutput" in r.getMessage()]
-    assert len(messages) == 1 and "back-propagated unscaled" in messages[0]
+    assert len(messages) == 1 and "enters the gradients at the cast networks' boundary" in \
+        messages[0]
 
 
 def test_a_trainer_first_used_at_a_later_step_trains_as_one_used_from_the_start(tmp_path):
@@ -247,3 +257,372 @@ def test_a_trainer_first_used_at_a_later_step_trains_as_one_used_from_the_start(
 
     for from_start, resumed in zip(run(None), run(2)):
         assert (from_start == resumed).all()
+
+
+# --- The loss scale reaches the float16 gradients: it enters at the cast networks' boundary. ---
+
+#: SoftmaxOutput's gradient (p - y) times this is below float16's smallest value (2**-24): a
+#: float16 network's gradients flush to zero unless the loss scale reaches them.
+TINY = 2.0 ** -28
+#: A static scale that lifts TINY gradients to float16's normal range, and the learning rate that
+#: makes their float32 step visible.
+BIG_SCALE, BIG_LR = 2.0 ** 20, 2.0 ** 25
+
+
+class TinySoftmaxOutputLoss(nn.HybridBlock):
+    """A SoftmaxOutput loss whose gradients are (p - y) * TINY per pixel."""
+
+    def hybrid_forward(self, F, pred, label):
+        return F.SoftmaxOutput(pred, label, multi_output=True, grad_scale=TINY)
+
+
+def tiny_loss(outputs, label):
+    loss_fn = TinySoftmaxOutputLoss()
+    return loss_fn(outputs[0], label) + loss_fn(outputs[1], label)
+
+
+def test_float16_gradients_that_underflow_unscaled_take_the_loss_scale():
+    """Unscaled, every float16 gradient of this loss is zero (the step was zero before the loss
+    scale reached them); with the scale entering at the network's boundary the step is float32's,
+    and the step divides by the loss scale."""
+    seen = []
+    trainer = assert_same_update(tiny_loss, "float16", BIG_SCALE, lr=BIG_LR, seen=seen)
+    assert seen[-1] == BIG_SCALE and trainer.num_skipped == 0
+
+
+def test_a_head_ignoring_loss_holds_scaled_gradients_until_the_step():
+    net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
+    net.initialize(mx.init.Xavier())
+    trainer = mxfp16.Trainer(net.collect_params(), "sgd", dtype="float16", loss_scale=1024.0)
+    x, y = data()
+    with autograd.record():
+        loss = mix_loss(net(x), y)
+    trainer.backward(loss)
+    assert trainer.scaled_with == 1024.0 and trainer.holds_scaled_gradients
+    assert mxfp16.boundary_scale.current_scale() == 1.0  # set back after the backward
+    with autograd.record():  # the network's values are its own, whatever the scale
+        out = net(x)
+    assert all((a == b).asnumpy().all() for a, b in zip(out, net(x)))
+
+
+class Generator(nn.HybridBlock):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.body = nn.Dense(8, in_units=4, activation="relu")
+            self.out = nn.Dense(6, in_units=8)
+
+    def hybrid_forward(self, F, z):
+        return F.tanh(self.out(self.body(z)))
+
+
+def gan_steps(dtype, loss_scale):
+    """One DCGAN-style step of each network with LogisticRegressionOutput (which ignores its
+    head gradient): the discriminator on real and detached fake data, then the generator through
+    the discriminator.  Returns the (before, after) weights and the scales the steps divide by."""
+    mx.random.seed(3)
+    gen, disc = Generator(prefix="g_"), nn.HybridSequential(prefix="d_")
+    with disc.name_scope():
+        disc.add(nn.Dense(8, in_units=6, activation="relu"), nn.Dense(1, in_units=8))
+    gen.initialize(mx.init.Xavier())
+    disc.initialize(mx.init.Xavier())
+    if dtype != "float32":
+        gen, disc = mxfp16.cast_block(gen, dtype), mxfp16.cast_block(disc, dtype)
+    trainers = [mxfp16.Trainer(net.collect_params(), "sgd", {"learning_rate": 2.0},
+                               dtype=dtype, loss_scale=loss_scale) for net in (gen, disc)]
+    params = {**gen.collect_params(), **disc.collect_params()}
+    before = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+    rng = np.random.RandomState(1)
+    real, z = mx.nd.array(rng.randn(4, 6)), mx.nd.array(rng.randn(4, 4))
+    ones, zeros = mx.nd.ones((4, 1)), mx.nd.zeros((4, 1))
+    scales = []
+    with autograd.record():
+        fake = gen(z)
+        err_d = mx.nd.LogisticRegressionOutput(disc(real), ones) + \
+            mx.nd.LogisticRegressionOutput(disc(fake.detach()), zeros)
+    trainers[1].backward(err_d)
+    scales.append(trainers[1].scaled_with)
+    trainers[1].step(4)
+    with autograd.record():
+        err_g = mx.nd.LogisticRegressionOutput(disc(fake), ones)
+    trainers[0].backward(err_g)
+    scales.append(trainers[0].scaled_with)
+    trainers[0].step(4)
+    after = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+    return (before, after), scales
+
+
+def test_a_gan_generator_carries_the_scale_once():
+    """The generator's gradient crosses the discriminator's cast network, then its own: each
+    multiplies by the scale where the gradient enters and divides where it leaves, so the
+    generator's update is float32's, not the scale times it."""
+    float32, _ = gan_steps("float32", None)
+    float16, scales = gan_steps("float16", 1024.0)
+    assert scales == [1024.0, 1024.0]
+    assert_same_steps(float32, float16)
+
+
+class Wrapped(nn.HybridBlock):
+    """A float32 stem, a cast network, a float32 head: the parameters of the stem and the head are
+    outside the cast network, their gradients float32."""
+
+    def __init__(self, dtype, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stem = nn.Conv2D(2, 1, in_channels=2)
+            self.head = nn.Conv2D(CLASSES, 1, in_channels=CLASSES)
+        net = TwoHeads(prefix="net_")
+        net.initialize(mx.init.Xavier())
+        self.net = net if dtype == "float32" else mxfp16.cast_block(net, dtype)
+
+    def forward(self, x):
+        out, aux = self.net(self.stem(x))
+        return self.head(out), aux
+
+
+def outside_steps(dtype, loss_scale, accumulate, use_scale):
+    """Two micro-batches of a tiny-gradient loss on :class:`Wrapped`, then one step.
+    ``accumulate``: every gradient adds up (``grad_req='add'``), else one backward per step;
+    ``use_scale``: ``trainer.scale(loss)`` and the user's backward, else ``trainer.backward``."""
+    mx.random.seed(0)
+    model = Wrapped(dtype, prefix="wrapped_")
+    for block in (model.stem, model.head):
+        block.initialize(mx.init.Xavier())
+    params = model.collect_params()
+    if accumulate:
+        for param in params.values():
+            param.grad_req = "add"
+            param.zero_grad()
+    trainer = mxfp16.Trainer(params, "sgd", {"learning_rate": BIG_LR}, dtype=dtype,
+                             loss_scale=loss_scale)
+    x, y = data()
+    before = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+    for half in ((slice(0, 1), slice(1, 2)) if accumulate else (slice(0, 2),)):
+        with autograd.record():
+            loss = tiny_loss(model(x[half]), y[half])
+            if use_scale:
+                trainer.scale(loss).backward()
+        if not use_scale:
+            trainer.backward(loss)
+        assert trainer.scaled_with == (loss_scale or 1.0)
+    assert trainer.step(2)
+    return before, {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["write", "add"])
+@pytest.mark.parametrize("use_scale", [False, True], ids=["backward", "scale"])
+def test_parameters_outside_the_cast_network_take_the_same_scale(accumulate, use_scale):
+    """A float32 layer before and after the cast network: their gradients, which the boundary
+    does not scale, are brought to the loss scale after the backward (for accumulating ones, the
+    new part only), so every update is float32's.  ``trainer.scale`` keeps the scale at the
+    boundary until the next scale/step, while the next micro-batch runs the network again."""
+    float32 = outside_steps("float32", None, accumulate, use_scale)
+    float16 = outside_steps("float16", BIG_SCALE, accumulate, use_scale)
+    assert_same_steps(float32, float16)
+
+
+def test_several_contexts():
+    """One loss per device, each through its device's boundary factor."""
+    ctxs = [mx.cpu(0), mx.cpu(1)]
+
+    def run(dtype, loss_scale):
+        mx.random.seed(0)
+        net = TwoHeads(prefix="net_")
+        net.initialize(mx.init.Xavier(), ctx=ctxs)
+        if dtype != "float32":
+            net = mxfp16.cast_block(net, dtype)
+        params = net.collect_params()
+        trainer = mxfp16.Trainer(params, "sgd", {"learning_rate": BIG_LR}, dtype=dtype,
+                                 loss_scale=loss_scale)
+        x, y = data()
+        before = {k: p.data(ctxs[1]).astype("float32").asnumpy() for k, p in params.items()}
+        xs, ys = (gluon.utils.split_and_load(a, ctxs) for a in (x, y))
+        with autograd.record():
+            losses = [tiny_loss(net(xi), yi) for xi, yi in zip(xs, ys)]
+        trainer.backward(losses)
+        assert trainer.step(2)
+        return before, {k: p.data(ctxs[1]).astype("float32").asnumpy() for k, p in params.items()}
+
+    assert_same_steps(run("float32", None), run("float16", BIG_SCALE))
+
+
+def test_amp_scale_loss_with_gluoncv_mix_loss():
+    """``amp.scale_loss`` yields the loss as it is; its scale enters at the boundary of the network
+    amp cast, until the block exits; the update is float32's."""
+    from mxfp16 import amp
+
+    def run(use_amp):
+        mx.random.seed(0)
+        net = TwoHeads(prefix="net_")
+        net.initialize(mx.init.Xavier())
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0},
+                                update_on_kvstore=False)
+        x, y = data()
+        if use_amp:
+            amp.init()
+            amp.init_trainer(trainer, loss_scale=1024.0)
+            net(x)  # the cast
+        before = {k: p.data().astype("float32").asnumpy() for k, p in net.collect_params().items()}
+        with autograd.record():
+            loss = mix_loss(net(x), y)
+            if use_amp:
+                with amp.scale_loss(loss, trainer) as scaled:
+                    assert scaled is loss
+                    assert mxfp16.boundary_scale.current_scale() == 1024.0
+                    autograd.backward(scaled)
+                assert mxfp16.boundary_scale.current_scale() == 1.0
+                assert amp.loss_scaler(trainer).loss_scale == 1024.0
+            else:
+                loss.backward()
+        trainer.step(x.shape[0])
+        return before, {k: p.data().astype("float32").asnumpy()
+                        for k, p in net.collect_params().items()}
+
+    float32 = run(False)
+    try:
+        float16 = run(True)
+    finally:
+        amp.reset()
+    assert_same_steps(float32, float16)
+
+
+def test_ordinary_losses_are_bit_identical_with_the_boundary_factors():
+    """With ``s`` at 1 the boundary multiplies by 1: the weights after three steps of an ordinary
+    loss are bit for bit those of the same run with the boundary taken out."""
+    from mxfp16 import boundary_scale
+
+    def plain(outputs, label):
+        return gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(outputs[0], label)
+
+    with_boundary = one_update(plain, "float16", "dynamic", steps=3)[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(boundary_scale, "scale_outputs", lambda out: out)
+        patch.setattr(boundary_scale, "scale_inputs", lambda call: call)
+        without = one_update(plain, "float16", "dynamic", steps=3)[1]
+    for key in with_boundary:
+        assert (with_boundary[key] == without[key]).all(), key
+
+
+def test_a_head_inside_the_cast_network_trains_unscaled_and_says_why(caplog):
+    """SoftmaxOutput cast with the network: the boundary cannot scale it, so the backward runs
+    unscaled and the step divides by 1 (float32's update), with a log naming the case."""
+    class WithHead(nn.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.body = nn.Dense(CLASSES, in_units=4)
+
+        def hybrid_forward(self, F, x, label):
+            return F.SoftmaxOutput(self.body(x), label)
+
+    def run(dtype):
+        mx.random.seed(0)
+        net = WithHead(prefix="withhead_")
+        net.initialize(mx.init.Xavier())
+        if dtype != "float32":
+            net = mxfp16.cast_block(net, dtype)
+        net.hybridize()
+        trainer = mxfp16.Trainer(net.collect_params(), "sgd", {"learning_rate": 1.0},
+                                 dtype=dtype, loss_scale=None if dtype == "float32" else 1024.0)
+        before = {k: p.data().astype("float32").asnumpy() for k, p in net.collect_params().items()}
+        with autograd.record():
+            out = net(mx.nd.array(np.random.RandomState(0).randn(4, 4)), mx.nd.array([0, 1, 2, 0]))
+        trainer.backward(out)
+        assert trainer.scaled_with == 1.0
+        trainer.step(4)
+        return before, {k: p.data().astype("float32").asnumpy()
+                        for k, p in net.collect_params().items()}
+
+    with caplog.at_level("WARNING", logger="mxfp16.trainer"):
+        float16 = run("float16")
+    assert any("inside a cast network's own graph" in r.getMessage() for r in caplog.records)
+    assert_same_steps(run("float32"), float16)
+
+
+def test_no_cast_network_on_the_way_trains_unscaled_and_says_why(caplog):
+    """A float32 network with a loss scale (as a network cast with net.cast would be): no boundary,
+    so the backward runs unscaled, the step divides by 1, and the log says what to do."""
+    seen = []
+    with caplog.at_level("WARNING", logger="mxfp16.trainer"):
+        before, after, _ = one_update(mix_loss, "float32", 1024.0, seen=seen)
+    assert seen == [1.0]
+    assert any("no network cast by mxfp16.cast_block" in r.getMessage() for r in caplog.records)
+    assert_same_steps(one_update(mix_loss, "float32", None)[:2], (before, after))
+
+
+def test_the_factors_are_in_no_graph(tmp_path):
+    """The boundary is imperative: after a boundary-scaled step the cast graphs and the exported
+    float32 and float16 GPU graphs are those of before, and inference calls are not counted."""
+    from mxfp16 import boundary_scale
+    net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x, y = data()
+    net(x)
+
+    def graphs(tag):
+        net.export(str(tmp_path / f"{tag}32"))
+        net.export(str(tmp_path / f"{tag}16"), dtype="float16")
+        return [g.tojson() for g in net.graphs if g is not None] + \
+            [(tmp_path / f"{tag}{bits}-symbol.json").read_text() for bits in (32, 16)]
+
+    before = graphs("before")
+    calls = boundary_scale.recorded_calls()
+    net(x)
+    assert boundary_scale.recorded_calls() == calls
+    trainer = mxfp16.Trainer(net.collect_params(), "sgd", dtype="float16", loss_scale=1024.0)
+    with autograd.record():
+        loss = mix_loss(net(x), y)
+    trainer.backward(loss)
+    assert trainer.scaled_with == 1024.0 and trainer.step(2)
+    assert graphs("after") == before
+
+
+def test_a_cast_network_inside_a_hybridized_parent_is_not_counted():
+    """Traced with Symbols by a hybridized parent, a cast network gets no factors (the parent's
+    graph runs it), so a head-ignoring loss through it trains unscaled, at float32's update."""
+    def run(dtype):
+        mx.random.seed(0)
+        inner = TwoHeads(prefix="net_")
+        inner.initialize(mx.init.Xavier())
+        parent = nn.HybridSequential(prefix="parent_")
+        parent.add(inner if dtype == "float32" else mxfp16.cast_block(inner, dtype))
+        parent.hybridize()
+        trainer = mxfp16.Trainer(parent.collect_params(), "sgd", {"learning_rate": 1.0},
+                                 dtype=dtype, loss_scale=None if dtype == "float32" else 1024.0)
+        params = parent.collect_params()
+        before = {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+        x, y = data()
+        for _ in range(2):  # the first call traces the parent, the second runs its graph
+            with autograd.record():
+                loss = mix_loss(parent(x), y)
+            trainer.backward(loss)
+        assert trainer.scaled_with == 1.0
+        trainer.step(2)
+        return before, {k: p.data().astype("float32").asnumpy() for k, p in params.items()}
+
+    assert_same_steps(run("float32"), run("float16"))
+
+
+def test_a_scale_never_stepped_does_not_reach_another_trainers_backward():
+    """``trainer.scale`` holds the boundary's scale until that Trainer's next call; another
+    Trainer's backward first sets it back, so its ordinary loss is scaled once."""
+    from mxfp16 import boundary_scale
+    net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
+    net.initialize(mx.init.Xavier())
+    first, second = (mxfp16.Trainer(net.collect_params(), "sgd", dtype="float16",
+                                    loss_scale=1024.0) for _ in range(2))
+    x, y = data()
+    with autograd.record():
+        first.scale(mix_loss(net(x), y)).backward()
+    assert boundary_scale.current_scale() == 1024.0  # until first's next call
+    with autograd.record():  # (copies: MXNet frees an input's node with its first graph)
+        plain = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(net(x.copy())[0], y.copy())
+    with autograd.record():
+        again = gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(net(x.copy())[0], y.copy())
+    second.backward(plain)
+    assert boundary_scale.current_scale() == 1.0
+    expected = net.collect_params()["net_conv0_weight"].grad().copy()
+    second.backward(again)
+    assert (net.collect_params()["net_conv0_weight"].grad() == expected).asnumpy().all()
+    assert first.step(2)  # first's own window closed before: nothing breaks

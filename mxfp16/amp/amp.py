@@ -127,9 +127,16 @@ def init_trainer(optimizer_or_trainer, loss_scale=None):
 def scale_loss(loss, optimizer_or_trainer):
     """``with amp.scale_loss(loss, trainer) as scaled_loss: autograd.backward(scaled_loss)``.
 
-    Yields the loss times the Trainer's loss scale, or a list for a list of losses.
+    Yields the loss times the Trainer's loss scale, or a list for a list of losses.  A loss whose
+    backward ignores the head gradient (``SoftmaxOutput``: GluonCV's segmentation losses) is
+    yielded as it is, and its scale enters at the cast network's boundary while the block runs
+    (see :meth:`mxfp16.Trainer.backward`).
     """
-    yield hook_of(optimizer_or_trainer, "scale_loss").scale(loss)
+    hook = hook_of(optimizer_or_trainer, "scale_loss")
+    try:
+        yield hook.scale(loss)
+    finally:
+        hook.finish_backward()
 
 
 def unscale(optimizer_or_trainer):

@@ -16,7 +16,7 @@ from mxnet import autograd, gluon
 
 from .. import clipping, mxnet_internals
 from ..grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
-from ..loss_heads import HeadCheck, describe
+from ..loss_heads import HeadScaling
 from ..loss_scaling import LossScaler, make_loss_scaler
 from ..master_weights import check_optimizer
 from ..optimizers import check_updates_on_workers, rescale_grad, restore_multi_precision
@@ -50,8 +50,7 @@ class TrainerScaling:
         self.unscaled = False  # unscale() divided this step's gradients already
         self.scale_read = False  # the script read loss_scale since the last update
         self._optimizer = None  # the optimizer last seen: load_states replaces it
-        self._head_check = HeadCheck()
-        self._warned_heads = False
+        self._heads = HeadScaling("mxfp16.amp", log)
         self._adopt_optimizer()
 
     @property
@@ -104,23 +103,23 @@ class TrainerScaling:
         self._adopt_optimizer()
         clipping.route()  # GluonNLP may have been imported since init_trainer
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
-        if self.scaler.enabled and self.scaler.loss_scale != 1.0 and self._ignores_head(heads):
-            self.scaled_with = 1.0  # the scale would not reach the gradients (mxfp16.Trainer's rule)
-            return loss
-        self.scaled_with = self.scaler.loss_scale
-        return self.scaler.scale(loss)
+        scale = self.scaler.loss_scale if self.scaler.enabled else 1.0
+        how = self._heads.start(heads, lambda: flat_trainer_grads(self.trainer),
+                                mxnet_internals.trainer_params(self.trainer), scale)
+        if how == "head":
+            self.scaled_with = self.scaler.loss_scale
+            return self.scaler.scale(loss)
+        self.scaled_with = scale if how == "boundary" else 1.0  # mxfp16.Trainer's rule
+        return loss
 
-    def _ignores_head(self, heads):
-        """Whether the losses pass through an op whose backward ignores the head gradient
-        (``SoftmaxOutput``, ``MakeLoss``; GluonCV's segmentation losses), logged once."""
-        ops = self._head_check.ops(heads, flat_trainer_grads(self.trainer))
-        if ops and not self._warned_heads:
-            log.warning("mxfp16.amp: %s", describe(ops))
-            self._warned_heads = True
-        return bool(ops)
+    def finish_backward(self):
+        """After the user's backward (``scale_loss``'s exit): a loss scale that entered at the cast
+        networks' boundary leaves it, and the gradients outside them take it."""
+        self._heads.finish()
 
     def unscale(self):
         """Divide this step's gradients, on every device, by the scale of their loss."""
+        self.finish_backward()
         if not self.scaler.enabled or self.scaled_with is None:
             return
         if self.unscaled:
@@ -139,6 +138,7 @@ class TrainerScaling:
         optimizer's ``rescale_grad``, and moves the scale (halved on overflow; after
         ``growth_interval`` clean steps doubled; the first step measures the ``'auto'`` start).
         """
+        self.finish_backward()
         self._adopt_optimizer()
         check_updates_on_workers(self.trainer)
         scale = 1.0 if self.unscaled else (self.scaled_with or 1.0)

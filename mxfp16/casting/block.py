@@ -4,13 +4,16 @@ It runs the graph traced in the current autograd mode, writes float32 checkpoint
 of the same architecture loads, reads float32 or float16 ones, and warns once when a float16
 network's output overflows in evaluation.
 """
+import json
 import warnings
 
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals
+from .. import boundary_scale, mxnet_internals
+from ..dtypes import LOSS_HEADS
 from ..grad_checks import all_finite
+from ..loss_heads import symbol_ops
 from ..optimizers import master_copies
 from . import deploy
 from .signature import call_structure, describe_call, is_plain_call
@@ -40,6 +43,13 @@ def _ndarrays(out):
     return [out] if isinstance(out, mx.nd.NDArray) else []
 
 
+def _symbolic(call):
+    """Whether a call passes Symbols (a hybridized parent block tracing its graph): the boundary
+    factors are for calls that run, not for graphs."""
+    return any(isinstance(item, mx.sym.Symbol) or
+               (isinstance(item, (list, tuple)) and _symbolic(item)) for item in call)
+
+
 class CastBlock(gluon.SymbolBlock):
     """The network :func:`cast_block` returns: a ``SymbolBlock`` that behaves like its original.
 
@@ -50,6 +60,9 @@ class CastBlock(gluon.SymbolBlock):
       the float32 network of the same architecture loads them as they are; :meth:`load_parameters`
       reads float32 or float16 files, with those names or the parameters' own.
     * A float16 network warns once if an output in inference mode holds inf or NaN.
+    * While autograd records, its float inputs and outputs pass through the loss-scale factors of
+      :mod:`mxfp16.boundary_scale` (times 1, unless a Trainer back-propagates a loss that ignores
+      its head gradient), added at call time: no graph holds them.
     * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
       weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
 
@@ -110,6 +123,7 @@ class CastBlock(gluon.SymbolBlock):
         # not as a child: its Parameters are this block's already.
         object.__setattr__(self, "_original", original)
         self._cast_dtype = dtype
+        self._head_answer = (None, False)  # (graphs looked at, whether one holds a loss head)
         if original is not None:  # scripts read them: GluonNLP's k.split(model._prefix)
             self._prefix, self._name = original.prefix, original.name
 
@@ -136,7 +150,27 @@ class CastBlock(gluon.SymbolBlock):
         return mxnet_internals.symbol_block_graph(self)[1], training
 
     def forward(self, x, *args):
-        call = (x,) + args
+        if not autograd.is_recording() or _symbolic((x,) + args):
+            return self._forward((x,) + args)
+        # The loss scale of a loss that ignores its head gradient enters here (see
+        # mxfp16.boundary_scale): values unchanged, gradients times 1 unless a Trainer sets it.
+        out = self._forward(boundary_scale.scale_inputs((x,) + args))
+        boundary_scale.note_call(self, self._holds_loss_head())
+        return boundary_scale.scale_outputs(out)
+
+    def _holds_loss_head(self):
+        """Whether a graph of this network (either mode, any call traced so far) holds an op whose
+        backward ignores the head gradient (a SoftmaxOutput cast with the network)."""
+        graphs = [graph for graph in self.graphs if graph is not None] + \
+            [mxnet_internals.symbol_block_graph(block)[1] for block, _, _ in
+             self._variants.values()]
+        if self._head_answer[0] != len(graphs):
+            found = any(set(symbol_ops(json.loads(graph.tojson()))) & LOSS_HEADS
+                        for graph in graphs)
+            self._head_answer = (len(graphs), found)
+        return self._head_answer[1]
+
+    def _forward(self, call):
         training = autograd.is_training()
         plain = self._plain_modes.get(training)
         if plain is None or not is_plain_call(call, self._plain_count):
