@@ -123,6 +123,19 @@ def hybridize_flags(block):
     return dict(block._flags) if block._active else None
 
 
+def release_cached_ops(block):
+    """Drop the CachedOps of ``block`` and of every block below it (``_cached_op``), so that
+    their memory (``static_alloc`` buffers: hundreds of MB for a detector) is freed now rather
+    than when Python's cycle collector reaches the blocks.  Their graphs stay: a block called
+    again builds a new CachedOp."""
+    blocks = [block]
+    while blocks:
+        current = blocks.pop()
+        if hasattr(current, "_cached_op"):
+            current._cached_op = None
+        blocks.extend(current._children.values())
+
+
 def current_module(module):
     """The ``Module`` a ``BucketingModule`` runs now (``module._curr_module``); a plain Module as is.
 

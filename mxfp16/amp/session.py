@@ -81,6 +81,8 @@ class Session:
                 return None
             entry = self._casts[block] = [None, None, True]
         if entry[2]:  # first call, or the block's graph changed since (set_nms)
+            if entry[0] is not None:  # GluonCV's validation calls set_nms every epoch: free the
+                mxnet_internals.release_cached_ops(entry[0])  # old graphs' memory at once
             entry[:] = [cast_block(block, self.target_dtype), None, False]
         flags = mxnet_internals.hybridize_flags(block)
         if flags != entry[1]:  # the script's hybridize(), before or after the cast
