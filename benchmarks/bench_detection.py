@@ -24,6 +24,7 @@ from mxnet import autograd
 
 import mxfp16
 from bench_common import parse_choices, parse_dtypes
+from mxfp16.casting import rules
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "examples")
@@ -34,6 +35,7 @@ DETECTORS = {"ssd_mobilenet0.25": ("ssd", "mobilenet0.25"),
              "ssd_resnet50_v1": ("ssd", "resnet50_v1"),
              "yolo3_mobilenet0.25": ("yolo3", "mobilenet0.25"),
              "yolo3_mobilenet1.0": ("yolo3", "mobilenet1.0"),
+             "yolo3_darknet53": ("yolo3", "darknet53"),
              "faster_rcnn_resnet18_v1b": ("rcnn", "resnet18_v1b")}
 
 #: The dtypes both detection benchmarks compare.
@@ -46,15 +48,25 @@ def add_detector_arguments(add, default_detectors):
         help=f"comma-separated, among {', '.join(DETECTORS)} "
              f"(default: {','.join(default_detectors)})")
     add("--dtypes", default=",".join(DTYPES), help="comma-separated (default: all three)")
+    add("--without-rules", default="",
+        help="comma-separated rules of mxfp16/casting/rules.py whose rows are removed before "
+             "casting, to measure what they buy, e.g. channel_padding (default: none)")
 
 
 def parse_detector_arguments(args):
-    """``(detectors, dtypes)`` of those flags, with ``--size`` checked; ``ValueError`` naming the
-    bad value and the choices."""
+    """``(detectors, dtypes, rules removed)`` of those flags, with ``--size`` checked;
+    ``ValueError`` naming the bad value and the choices."""
     detectors = parse_choices(args.detectors, DETECTORS, "--detectors", "detector")
     if args.size < 64 or args.size & (args.size - 1):
         raise ValueError(f"--size {args.size}: pass a power of two >= 64, for example 128")
-    return detectors, parse_dtypes(args.dtypes, DTYPES)
+    without = parse_choices(args.without_rules, rules.RULES, "--without-rules", "rule") \
+        if args.without_rules else ()
+    return detectors, parse_dtypes(args.dtypes, DTYPES), without
+
+
+def drop_rules(names):
+    """Remove the rows of the rules ``names`` from mxfp16's dtype rules table, in this process."""
+    rules.OP_RULES[:] = [row for row in rules.OP_RULES if row.rule not in names]
 
 #: YOLOv3 base -> the channels of its three detection blocks: the zoo's for mobilenet1.0 (512,
 #: 256, 128); for mobilenet0.25 half the zoo's (256, 128, 128), which trains the digits as well
@@ -103,9 +115,13 @@ def build(detector, size, seed, batch_size=1):
 
 def build_yolo3(base, classes):
     """GluonCV's YOLOv3 on a MobileNet (``yolo3_mobilenet*_custom``'s stages, anchors and strides)
-    with :data:`YOLO3_FILTERS`, no pretrained weights."""
+    with :data:`YOLO3_FILTERS`, or the zoo's ``yolo3_darknet53_custom`` itself; no pretrained
+    weights."""
     from gluoncv.model_zoo.mobilenet import get_mobilenet
-    from gluoncv.model_zoo.yolo.yolo3 import get_yolov3
+    from gluoncv.model_zoo.yolo.yolo3 import get_yolov3, yolo3_darknet53_custom
+
+    if base == "darknet53":
+        return yolo3_darknet53_custom(classes, pretrained_base=False)
 
     features = get_mobilenet(multiplier=float(base[len("mobilenet"):]), pretrained=False).features
     stages = [features[:33], features[33:69], features[69:-2]]

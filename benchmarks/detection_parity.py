@@ -34,9 +34,9 @@ import numpy as np
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, mean_std, parse_config, publish,
                           require_positive, write_results)
-from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, loss_function,
-                             mean_ap, prepare, parse_detector_arguments, short_error, targets,
-                             train_step)
+from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, drop_rules,
+                             loss_function, mean_ap, parse_detector_arguments, prepare,
+                             short_error, targets, train_step)
 
 NAME = "detection_parity"
 DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "yolo3_mobilenet0.25", "faster_rcnn_resnet18_v1b")
@@ -58,6 +58,7 @@ class Config:
     yolo_warmup: int
     rcnn_lr: float
     rcnn_warmup: int
+    without_rules: tuple
     out_dir: str
 
 
@@ -156,9 +157,9 @@ def get_args_parser():
 
 
 def make_config(args):
-    detectors, dtypes = parse_detector_arguments(args)
+    detectors, dtypes, without = parse_detector_arguments(args)
     require_positive(args, ("seeds", "steps", "batch_size", "num_train", "num_test"))
-    values = dict(vars(args), detectors=detectors, dtypes=dtypes)
+    values = dict(vars(args), detectors=detectors, dtypes=dtypes, without_rules=without)
     if args.quick:
         values.update(seeds=1, steps=3, batch_size=4, size=64, num_train=32, num_test=8)
     return Config(**{field: values[field] for field in Config.__dataclass_fields__})
@@ -169,6 +170,7 @@ def main(argv=None):
     config, failed = parse_config(get_args_parser(), make_config, argv)
     if failed:
         return failed
+    drop_rules(config.without_rules)
     (images, labels), test = detection_data(config.num_train, config.num_test, config.size)
     data = (mx.nd.array(images), labels), test
     runs = []

@@ -2,9 +2,10 @@
 the float16 GPU graph against MXNet AMP's, and where the step time goes.
 
 Detectors (``bench_detection.py``): the SSD of ``examples/ssd_detection.py`` on mobilenet0.25 and on
-resnet50_v1 (the base of MXNet's AMP tutorial), and GluonCV's YOLOv3 on mobilenet0.25, on 128-pixel
-images of the digits detection set.  A training step is GluonCV's for the family (SSD: forward,
-``SSDMultiBoxLoss``; YOLOv3: the network's losses given the targets), backward through
+resnet50_v1 (the base of MXNet's AMP tutorial), and GluonCV's YOLOv3 on mobilenet0.25 and on
+darknet53 (the zoo's ``yolo3_darknet53_custom``), on 128-pixel images of the digits detection set.
+A training step is GluonCV's for the family (SSD: forward, ``SSDMultiBoxLoss``; YOLOv3: the
+network's losses given the targets), backward through
 ``mxfp16.Trainer`` (dynamic loss scaling in float16) and an SGD update, hybridized with
 ``static_alloc`` and ``static_shape``.
 
@@ -19,7 +20,9 @@ cast_optional_params=True)`` insert in the same training-mode graph (the graph's
 subtracted); each runs once per forward pass and once more in backward.
 
 Profile: per operator, the milliseconds per step in each dtype (MXNet's profiler, aggregate
-statistics, with bulk execution off so that each operator is timed alone), the --top-ops largest.
+statistics, with bulk execution off so that each operator is timed alone, the dtypes a step each in
+turn), the --top-ops largest; and from it, bfloat16's bounds: float32 ÷ bfloat16 if the GEMMs
+alone took time, and if the other operators cost what they cost in float32.
 
 Outputs in --out-dir: detection_speed.md and .json.
 Usage: python benchmarks/detection_speed.py [--detectors ssd_mobilenet0.25,...] [--rounds 5] [--quick]
@@ -37,21 +40,26 @@ from dataclasses import asdict, dataclass
 import mxnet as mx
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, publish, require_positive)
-from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, loss_function,
-                             prepare, parse_detector_arguments, short_error, targets, train_step)
+from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, drop_rules,
+                             loss_function, parse_detector_arguments, prepare, short_error,
+                             targets, train_step)
 from mxnet import autograd
 from mxnet.contrib import amp
 
 import mxfp16
 
 NAME = "detection_speed"
-DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "ssd_resnet50_v1", "yolo3_mobilenet0.25")
+DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "ssd_resnet50_v1", "yolo3_mobilenet0.25",
+                     "yolo3_darknet53")
 
 #: Graph ops that convert dtypes: MXNet's Cast and the two casts AMP inserts.
 CAST_OPS = ("Cast", "amp_cast", "amp_multicast")
 
 #: Goals of issue 20: bfloat16 speed-up at least this; emulated float16 slow-down at most this.
 BFLOAT16_GOAL, FLOAT16_GUARD = 1.6, 2.0
+
+#: The profiler's names of the GEMM operators (what bfloat16 speeds up), forward and backward.
+GEMM_OPS = ("Convolution", "_backward_Convolution", "FullyConnected", "_backward_FullyConnected")
 
 #: MXNet's bulk execution runs segments of operators as one profiler entry; off, each is timed.
 UNBULKED = {"MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_EXEC_BULK_EXEC_INFERENCE": "0",
@@ -71,6 +79,7 @@ class Config:
     profile_steps: int
     top_ops: int
     profile_of: str
+    without_rules: tuple
     out_dir: str
 
 
@@ -153,21 +162,53 @@ def cast_counts(detector, config):
 
 
 def profile(steps, config):
-    """Per dtype: operator name -> milliseconds per step (steps built with bulk execution off)."""
-    result = {}
-    for dtype, step in steps.items():
-        mx.profiler.set_config(profile_all=True, aggregate_stats=True,
-                               filename=os.devnull)
-        mx.profiler.set_state("run")
-        for _ in range(config.profile_steps):
+    """Per dtype: operator name -> milliseconds per step (steps built with bulk execution off),
+    the dtypes profiled a step each in turn, as they are timed."""
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=os.devnull)
+    result = {dtype: defaultdict(float) for dtype in steps}
+    for _ in range(config.profile_steps):
+        for dtype, step in steps.items():
+            mx.profiler.set_state("run")
             step()
-        mx.profiler.set_state("stop")
-        stats = json.loads(mx.profiler.dumps(reset=True, format="json"))
-        per_op = defaultdict(float)
-        for name, entry in stats.get("Time", {}).get("operator", {}).items():
-            per_op[name] += entry["Total"] / config.profile_steps
-        result[dtype] = dict(per_op)
-    return result
+            mx.profiler.set_state("stop")
+            stats = json.loads(mx.profiler.dumps(reset=True, format="json"))
+            for name, entry in stats.get("Time", {}).get("operator", {}).items():
+                result[dtype][name] += entry["Total"] / config.profile_steps
+    return {dtype: dict(per_op) for dtype, per_op in result.items()}
+
+
+def gemm_bounds(ops, dtype):
+    """GEMM and other milliseconds per step of float32 and ``dtype`` (a profile of both), and
+    float32 ÷ ``dtype`` of the step as profiled and its bounds: the GEMMs alone (every other op
+    free in both dtypes) and the other ops at float32's cost in both (only GEMMs change)."""
+    gemm = {d: sum(ops[d].get(op, 0.0) for op in GEMM_OPS) for d in ("float32", dtype)}
+    other = {d: sum(ops[d].values()) - gemm[d] for d in gemm}
+    return {"gemm_ms": gemm, "other_ms": other,
+            "profiled": (gemm["float32"] + other["float32"]) / (gemm[dtype] + other[dtype]),
+            "gemms_alone": gemm["float32"] / gemm[dtype],
+            "others_as_float32": (gemm["float32"] + other["float32"])
+            / (gemm[dtype] + other["float32"])}
+
+
+def bounds_markdown(results):
+    """The table of :func:`gemm_bounds` for bfloat16, one row per profiled detector."""
+    rows = []
+    for result in results:
+        ops = result["profile_ms_per_step"]
+        if ops and "error" not in ops and {"float32", "bfloat16"} <= set(ops):
+            b = gemm_bounds(ops, "bfloat16")
+            rows.append([result["detector"]] + [
+                f"{b[key][d]:.1f}" for key in ("gemm_ms", "other_ms")
+                for d in ("float32", "bfloat16")] + [
+                f"{b[key]:.2f}" for key in ("profiled", "gemms_alone", "others_as_float32")])
+    if not rows:
+        return ""
+    return ("\nbfloat16 against float32 from the profiles: GEMM (Convolution, FullyConnected, "
+            "forward and backward) and other operators' ms per step, and float32 ÷ bfloat16 "
+            "as profiled, for the GEMMs alone, and with the other operators at float32's "
+            "cost:\n\n" + markdown_table(
+                ["detector", "GEMM f32", "GEMM bf16", "other f32", "other bf16", "profiled",
+                 "GEMMs alone", "others at f32 cost"], rows))
 
 
 def profile_in_subprocess(detector, config):
@@ -175,7 +216,8 @@ def profile_in_subprocess(detector, config):
     switch once per process), or the error it gave."""
     argv = [sys.executable, os.path.abspath(__file__), "--profile-of", detector,
             "--dtypes", ",".join(config.dtypes), "--batch-size", str(config.batch_size),
-            "--size", str(config.size), "--profile-steps", str(config.profile_steps)]
+            "--size", str(config.size), "--profile-steps", str(config.profile_steps),
+            "--without-rules", ",".join(config.without_rules)]
     done = subprocess.run(argv, env=dict(os.environ, **UNBULKED), capture_output=True, text=True)
     if done.returncode:
         return {"error": short_error(RuntimeError(done.stderr))}
@@ -237,7 +279,7 @@ def markdown(results, config):
         rows = [[op] + [f"{ops[d].get(op, 0.0):.1f}" for d in dtypes] for op in top]
         rows.append(["all operators"] + [f"{sum(ops[d].values()):.1f}" for d in dtypes])
         text += markdown_table(["operator"] + dtypes, rows)
-    return text
+    return text + bounds_markdown(results)
 
 
 def get_args_parser():
@@ -258,9 +300,9 @@ def get_args_parser():
 
 
 def make_config(args):
-    detectors, dtypes = parse_detector_arguments(args)
+    detectors, dtypes, without = parse_detector_arguments(args)
     require_positive(args, ("batch_size", "rounds", "steps", "top_ops"))
-    values = dict(vars(args), detectors=detectors, dtypes=dtypes)
+    values = dict(vars(args), detectors=detectors, dtypes=dtypes, without_rules=without)
     if args.quick:
         values.update(batch_size=2, size=64, rounds=2, steps=1, warmup=1, profile_steps=1)
     return Config(**{field: values[field] for field in Config.__dataclass_fields__})
@@ -280,6 +322,7 @@ def main(argv=None):
     config, failed = parse_config(get_args_parser(), make_config, argv)
     if failed:
         return failed
+    drop_rules(config.without_rules)
     if config.profile_of:
         steps = {dtype: build_step(config.profile_of, dtype, config) for dtype in config.dtypes}
         print(json.dumps(profile({d: s for d, s in steps.items() if callable(s)}, config)))

@@ -285,8 +285,11 @@ def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_pat
     profile = result["profile_ms_per_step"]
     assert list(profile) == ["float32", "float16", "bfloat16"]
     assert "Convolution" in profile["float32"] and "_backward_Convolution" in profile["bfloat16"]
-    # speed rows; the casts table's header and row; the profile's header, 10 operators and total
-    assert len(table_rows(markdown)) == 3 + 2 + 12
+    # speed rows; the casts table's header and row; the profile's header, 10 operators and total;
+    # the bfloat16 bounds' header and row
+    assert len(table_rows(markdown)) == 3 + 2 + 12 + 2
+    bounds = module.gemm_bounds(profile, "bfloat16")
+    assert bounds["gemm_ms"]["float32"] > 0 and bounds["gemms_alone"] > 0
 
 
 @pytest.mark.parametrize("name, argv, message", [
@@ -303,6 +306,8 @@ def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_pat
     ("sequence_speed", ["--units", "250", "--heads", "4"], "--units 250 is not a multiple"),
     ("detection_parity", ["--detectors", "ssd_vgg16"], "unknown detector(s) ['ssd_vgg16']"),
     ("detection_speed", ["--size", "100"], "--size 100: pass a power of two >= 64"),
+    ("detection_speed", ["--without-rules", "fast"], "unknown rule(s) ['fast']"),
+    ("detection_parity", ["--without-rules", "gemm,fast"], "unknown rule(s) ['fast']"),
 ])
 def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, message):
     assert load_benchmark(name).main(argv) == 2

@@ -138,3 +138,45 @@ def test_yolo3_gpu_graph_casts_fewer_than_mxnet_amp():
     assert ours[0] == [names[0]] and len(ours) == 4, ours
     assert all(c[0].endswith("_conv0_fwd") for c in ours[1:]), ours
     assert len(ours) < len(amp_casts(net, sym))
+
+
+def test_amp_mode_passes_take_and_pick_of_computed_values_through_mxnet_amp():
+    """MXNet 1.9.1's float16 AMP pass fails on a take (or pick) of a computed value (Faster
+    R-CNN's target sampler and box features); cast_symbol hands the pass a stand-in and puts the
+    op back: attributes kept, output in its data's dtype, index read as it is."""
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
+    index = mx.sym.argmax(fc, axis=1, name="index")
+    taken = mx.sym.take(fc, index, axis=0, mode="wrap", name="taken")
+    net = mx.sym.Group([mx.sym.FullyConnected(taken, num_hidden=2, name="head"),
+                        mx.sym.pick(fc, index, axis=1, name="picked")])
+    with pytest.raises(mx.base.MXNetError, match="Index type must be set for take"):
+        amp.convert_symbol(net, target_dtype="float16", data_names=["data"])
+    cast = mxfp16.cast_symbol(net, "float16", emulate=False, mode="amp")
+    nodes = json.loads(cast.tojson(remove_amp_cast=False))["nodes"]
+    by_name = {node["name"]: node for node in nodes}
+    assert by_name["taken"]["op"] == "take" and by_name["picked"]["op"] == "pick"
+    assert by_name["taken"]["attrs"] == {"axis": "0", "mode": "wrap"}
+    assert [nodes[e[0]]["name"] for e in by_name["taken"]["inputs"]][1] == "index"
+    types = internal_dtypes(cast, ["data"])
+    assert types["taken_output"] == types["head_output"] == "float16"  # no cast between them
+    assert types["index_output"] == types["picked_output"] == "float32"  # pick: float32 tail
+    args = {"data": mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (3, 5)))}
+    args.update({name: mx.nd.array(np.random.RandomState(1).uniform(-1, 1, shape))
+                 for name, shape in zip(net.list_arguments(), net.infer_shape(data=(3, 5))[0])
+                 if name != "data"})
+    expected = [out.asnumpy() for out in net.eval(ctx=mx.cpu(), **args)]
+    emulated = mxfp16.cast_symbol(net, "float16", emulate=True, mode="amp")
+    got = [out.asnumpy() for out in emulated.eval(ctx=mx.cpu(), **args)]
+    assert all(np.allclose(g, e, rtol=1e-2, atol=1e-2) for g, e in zip(got, expected))
+
+
+def test_a_graph_mxnet_amp_cannot_convert_raises_one_error_naming_mode_full(monkeypatch):
+    from mxfp16.casting import amp_graph
+
+    def fail(*args, **kwargs):
+        raise mx.base.MXNetError("Check failed: something in the pass")
+    monkeypatch.setattr(amp_graph.amp, "convert_symbol", fail)
+    net = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=2, name="fc")
+    with pytest.raises(mx.base.MXNetError, match="cannot convert this graph to float16 "
+                       r"\(Check failed: something in the pass\): cast with mode='full'"):
+        mxfp16.cast_symbol(net, "float16", emulate=False, mode="amp")

@@ -76,12 +76,12 @@ def test_target_shape_and_other_ops_are_left_alone():
     assert deconvolution_as_convolution(relu).tojson() == relu.tojson()
 
 
-def cast_graph(dtype, emulate=None):
+def cast_graph(dtype, emulate=None, channels=16):
     """A DCGAN-like transposed convolution and its cast (itself for float32)."""
     import mxfp16
     from mxnet.gluon import nn
     mx.random.seed(0)
-    block = nn.Conv2DTranspose(3, 4, strides=2, padding=1, in_channels=2)
+    block = nn.Conv2DTranspose(channels, 4, strides=2, padding=1, in_channels=2)
     block.initialize(mx.init.Xavier())
     if dtype == "float32":
         return block, block
@@ -99,6 +99,9 @@ def test_gpu_graph_keeps_deconvolution_and_the_cpu_graphs_run_convolutions():
     types = internal_dtypes(bf16.graphs[0], bf16.data_names)
     bfloat16 = "void16"  # numpy has no bfloat16: MXNet reports it as void16
     assert types[f"{block.name}_fwd_output"] == bfloat16  # Convolution has a bfloat16 kernel
+    block, bf16 = cast_graph("bfloat16", channels=3)  # 3 x 2 x 2 phases: fewer than 16 channels
+    types = internal_dtypes(bf16.graphs[0], bf16.data_names)
+    assert types[f"{block.name}_fwd_output"] == "float32"  # rules row 'bfloat16_float32'
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -1,17 +1,23 @@
 """The casting of MXNet's AMP pass (``mode='amp'`` and bfloat16), with mxfp16's rules applied
 before it: float32 after the last GEMM (post-processing: box decoding, NMS, losses), float32 where
-MXNet 1.9.1 has no bfloat16 CPU kernel, and one dtype for the inputs of multi-input ops (MXNet AMP's
-widest-type rule, which its bfloat16 lists leave out for Concat), explicit float32 where AMP's
-bfloat16 pass would mistype an op reading a float32 value.
+MXNet 1.9.1 has no bfloat16 CPU kernel or a slower one than float32's (rows
+``bfloat16_float32``), and one dtype for the inputs of multi-input ops (MXNet AMP's widest-type
+rule, which its bfloat16 lists leave out for Concat), explicit float32 where AMP's bfloat16 pass
+would mistype an op reading a float32 value.  ``take`` and ``pick`` pass through the float16 pass
+under a stand-in (see :data:`PASS_STAND_INS`).
 """
+import json
+
 import mxnet as mx
 from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
+from mxnet.contrib.amp.lists import symbol_fp16 as _fp16_lists
 
+from .channels import pad_output_channels
 from .transposed import deconvolution_as_convolution
 from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
-                    INDEX_INPUTS)
+                    INDEX_INPUTS, applies)
 
 #: Ops the tail rule leaves alone: GEMMs, and lookups whose weight dtype is theirs (a float16
 #: Embedding's table is float16, wherever it sits).
@@ -123,6 +129,47 @@ def _reads_float32(rw):
     return chosen
 
 
+#: Ops of MXNet AMP's "runs in its input's dtype" list whose type inference raises, rather than
+#: answering "unknown", when only their data input is typed.  MXNet 1.9.1's pass
+#: (src/nnvm/low_precision_pass.cc, its last branch) types such an op by calling its FInferType
+#: with the dtype of input 0 alone, the others unset; TakeOpType and PickOpType then fail their
+#: CHECK ("Index type must be set for take operator": Faster and Mask R-CNN's target sampler,
+#: every ``take`` of a computed value, in float16).  The pass sees the stand-in in their place: an
+#: op of the same list, whose output has its data's dtype and whose index input is left as it is
+#: (no cast), as the pass means to treat take; the op is put back, attributes and all, after it.
+PASS_STAND_INS = {"take": "gather_nd", "pick": "gather_nd"}
+
+#: Attribute of a stand-in node: the JSON of the op and attributes it stands for.
+STAND_IN = "__mxfp16_stand_in__"
+
+
+def _with_stand_ins(sym, dtype):
+    """``sym`` with the ops of :data:`PASS_STAND_INS` that MXNet's ``dtype`` pass types by their
+    data input (its lp16-fp32 list) under their stand-in."""
+    listed = set(_fp16_lists.FP16_FP32_FUNCS if dtype == "float16" else
+                 _bf16_lists.BF16_FP32_FUNCS)
+    rw = GraphRewriter(sym, drop_inserted=False)
+    for old_id, node in rw.nodes_in_order():
+        if node["op"] in listed and PASS_STAND_INS.get(node["op"]) in listed:
+            original = json.dumps({"op": node["op"], "attrs": node.get("attrs", {})})
+            node = dict(node, op=PASS_STAND_INS[node["op"]], attrs={STAND_IN: original})
+        rw.copy(old_id, node)
+    return rw.to_symbol(rw.heads())
+
+
+def _put_back(sym):
+    """``sym`` with the ops :func:`_with_stand_ins` stood in for put back, with their attributes
+    and the inputs the pass gave them."""
+    rw = GraphRewriter(sym, drop_inserted=False)
+    for old_id, node in rw.nodes_in_order():
+        original = node.get("attrs", {}).get(STAND_IN)
+        if original:
+            original = json.loads(original)
+            node = dict(node, op=original["op"], attrs=original["attrs"])
+        rw.copy(old_id, node)
+    return rw.to_symbol(rw.heads())
+
+
 def _last_line(error):
     """The check that failed, from an MXNetError's message."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
@@ -135,16 +182,24 @@ def cast_with_amp(sym, dtype, data_names):
     plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
     if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
         plain = deconvolution_as_convolution(plain)
+        plain = pad_output_channels(plain)  # channels in oneDNN's blocks of 16
         plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
         plain = _float32_inputs(plain, _reads_float32, data_names)
-    before = {node["name"] for node in GraphRewriter(plain).old_nodes}
+    nodes = GraphRewriter(plain).old_nodes
+    before = {node["name"] for node in nodes}
+    # AMP's pass casts the inputs of its excluded ops to float32 and runs them so
+    excluded = [node["name"] for node in nodes
+                if dtype == "bfloat16" and applies("bfloat16_float32", node)]
     try:
-        converted = amp.convert_symbol(plain, target_dtype=dtype, data_names=list(data_names),
-                                       cast_optional_params=(dtype == "float16"))
+        converted = amp.convert_symbol(_with_stand_ins(plain, dtype), target_dtype=dtype,
+                                       data_names=list(data_names),
+                                       cast_optional_params=(dtype == "float16"),
+                                       excluded_sym_names=excluded)
     except mx.base.MXNetError as error:
         fix = "cast with mode='full' (the default)" if dtype == "float16" else \
             "cast to float16 with mode='full' (the default), or keep this part float32"
         raise mx.base.MXNetError(  # the class it had: callers that catch it still do
             f"MXNet's AMP pass (mode='amp', and every bfloat16 cast) cannot convert this graph to "
             f"{dtype} ({_last_line(error)}): {fix}") from None
+    converted = _put_back(converted)
     return _outputs_to_float32(_mark_new_casts(converted, before), data_names)

@@ -34,6 +34,13 @@ The rules:
     The op only rearranges values (transpose, reshape, concat): exact in any dtype, so where its
     float16 inputs feed it alone, it runs in float16 and the float32 boundary moves after it
     (one cast after a concat of predictions rather than one per prediction).
+``bfloat16_float32``
+    The op runs in float32 in a bfloat16 graph although MXNet's AMP lists would run it in
+    bfloat16: on a CPU, oneDNN's bfloat16 kernel for it is slower than float32's (measured).
+``channel_padding``
+    In a bfloat16 graph, the op's output channels are padded with zero filters to a multiple of
+    16 and the extra ones sliced off (:mod:`~mxfp16.casting.channels`): oneDNN's fast bfloat16
+    kernels block channels by 16.
 
 A row with ``when=(attribute, values)`` applies only when the node's attribute has one of the values.
 """
@@ -51,7 +58,7 @@ CAST_MODES = ("full", "amp")
 
 #: The rules a row may give (see the module docstring).
 RULES = ("float32", "norm", "float16_data", "gemm", "dtype_attr", "index", "widest", "grid",
-         "constant", "shape", "layout")
+         "constant", "shape", "layout", "bfloat16_float32", "channel_padding")
 
 #: The rules whose rows name input positions.
 _POSITIONAL = ("index", "shape")
@@ -166,6 +173,16 @@ OP_RULES = [
     row(("_zeros", "_ones", "_zeros_without_dtype"), "constant", "zeros and ones are exact in "
         "float16 and bfloat16: recurrent begin states and masks are created in the dtype their "
         "consumers need"),
+    # bfloat16 on a CPU: where oneDNN (2.4, in MXNet 1.9.1) runs bfloat16 slower than float32.
+    row("Convolution", "bfloat16_float32", "oneDNN's bfloat16 convolutions block channels by 16: "
+        "with fewer output channels (mobilenet0.25's 8-channel first layers) a convolution takes "
+        "its reference GEMM kernel and the BatchNorm after it the plain-layout reference kernel, "
+        "3x to 10x float32's time there (docs/benchmarks.md, bfloat16 speed of detectors); "
+        "float32 is also the more precise", when=("num_filter", tuple(map(str, range(1, 16))))),
+    row("Convolution", "channel_padding", "oneDNN's bfloat16 convolutions block channels by 16: "
+        "with 17 or more output channels but not a multiple of 16 (SSD's 44-channel class "
+        "predictors) a convolution takes its reference GEMM kernel, 2-3x the time of the one "
+        "padded with zero filters; the kept channels are the same sums"),
 ]
 
 
