@@ -1,5 +1,5 @@
-"""Detection accuracy parity: SSD and YOLOv3 trained in float32, float16 (CPU emulation) and bfloat16
-over several seeds, compared by VOC07 mAP on unseen digits.
+"""Detection accuracy parity: SSD, YOLOv3 and Faster R-CNN trained in float32, float16 (CPU emulation)
+and bfloat16 over several seeds, compared by VOC07 mAP on unseen digits.
 
 The question of gluon-cv#1305 (YOLOv3 with ``--amp`` reaching mAP 2.5e-5 against 0.6 without): does a
 detector trained in float16 or bfloat16 reach float32's accuracy?  Nothing can be downloaded here, so
@@ -9,12 +9,13 @@ random on 128-pixel canvases, 1 to 3 per image, with their boxes and classes
 images of the held-out fifth of the digits).
 
 Detectors (``bench_detection.py``): the SSD of ``examples/ssd_detection.py`` (mobilenet0.25 base,
-heads at strides 8 to 128) and GluonCV's YOLOv3 on mobilenet0.25, both from scratch.  Each trains
-with the targets and losses of GluonCV's training script of its family, SGD (momentum 0.9, weight
+heads at strides 8 to 128), GluonCV's YOLOv3 on mobilenet0.25 and GluonCV's Faster R-CNN on
+ResNet-18 v1b (a light RoI head, 32 RoIs sampled per image), all from scratch.  Each trains with
+the targets and losses of GluonCV's training script of its family, SGD (momentum 0.9, weight
 decay 5e-4), --steps steps of --batch-size images (the same batches in every dtype for a seed),
-YOLOv3 with GluonCV's linear learning-rate warm-up.  Networks are cast by ``mxfp16.cast_block``
-and trained by ``mxfp16.Trainer`` (dynamic loss scaling in float16).  The seed sets the initial
-weights and the batch order; the data set is the same in every run.
+YOLOv3 and Faster R-CNN with GluonCV's linear learning-rate warm-up.  Networks are cast by
+``mxfp16.cast_block`` and trained by ``mxfp16.Trainer`` (dynamic loss scaling in float16).  The
+seed sets the initial weights and the batch order; the data set is the same in every run.
 
 The verdict per detector and dtype: whether its mean mAP lies within float32's seed-to-seed range
 (min..max over seeds), or beyond it on the better or the worse side.  A run that cannot train
@@ -38,7 +39,7 @@ from bench_detection import (DETECTORS, add_detector_arguments, build, detection
                              short_error, targets, train_step)
 
 NAME = "detection_parity"
-DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "yolo3_mobilenet0.25")
+DEFAULT_DETECTORS = ("ssd_mobilenet0.25", "yolo3_mobilenet0.25", "faster_rcnn_resnet18_v1b")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class Config:
     ssd_lr: float
     yolo_lr: float
     yolo_warmup: int
+    rcnn_lr: float
+    rcnn_warmup: int
     without_rules: tuple
     out_dir: str
 
@@ -63,11 +66,13 @@ def run_one(detector, dtype, seed, config, data, batch_targets):
     """Train one detector in one dtype from one seed; return its record."""
     (images, _), (test_images, test_labels) = data
     family = DETECTORS[detector][0]
-    lr, warmup = (config.ssd_lr, 0) if family == "ssd" else (config.yolo_lr, config.yolo_warmup)
+    lr, warmup = {"ssd": (config.ssd_lr, 0), "yolo3": (config.yolo_lr, config.yolo_warmup),
+                  "rcnn": (config.rcnn_lr, config.rcnn_warmup)}[family]
     record = {"detector": detector, "dtype": dtype, "seed": seed}
     start = time.perf_counter()
     try:
-        net, trainer = prepare(build(detector, config.size, seed), dtype, lr, warmup)
+        net, trainer = prepare(build(detector, config.size, seed, config.batch_size), dtype,
+                               lr, warmup)
         loss_fn = loss_function(detector)
         order = np.random.RandomState(seed).permutation(len(images))
         for step in range(config.steps):
@@ -75,7 +80,7 @@ def run_one(detector, dtype, seed, config, data, batch_targets):
                                                     (step + 1) * config.batch_size), mode="wrap"))
             parts = train_step(detector, net, trainer, images.take(rows),
                                [target.take(rows) for target in batch_targets], loss_fn)
-        record.update(map=mean_ap(net, test_images, test_labels),
+        record.update(map=mean_ap(detector, net, test_images, test_labels),
                       final_losses=[float(part.mean().asscalar()) for part in parts],
                       skipped_steps=trainer.num_skipped, final_loss_scale=trainer.loss_scale)
     except Exception as error:  # a dtype that cannot train is a result, not a crash
@@ -144,6 +149,9 @@ def get_args_parser():
     add("--yolo-lr", type=float, default=0.01, help="YOLOv3 learning rate (default: 0.01)")
     add("--yolo-warmup", type=int, default=100,
         help="YOLOv3 warm-up steps, as GluonCV's --warmup-epochs (default: 100)")
+    add("--rcnn-lr", type=float, default=0.02, help="Faster R-CNN learning rate (default: 0.02)")
+    add("--rcnn-warmup", type=int, default=50,
+        help="Faster R-CNN warm-up steps, as GluonCV's --lr-warmup (default: 50)")
     return add_output_arguments(parser, "the .md and .json",
                                 "one seed, 3 steps, 32 training and 8 test images at 64 px")
 
@@ -167,7 +175,8 @@ def main(argv=None):
     data = (mx.nd.array(images), labels), test
     runs = []
     for detector in config.detectors:
-        batch_targets = targets(detector, build(detector, config.size, 0), labels, config.size)
+        batch_targets = targets(detector, build(detector, config.size, 0, config.batch_size),
+                                labels, config.size)
         for seed in range(config.first_seed, config.first_seed + config.seeds):
             for dtype in config.dtypes:
                 runs.append(run_one(detector, dtype, seed, config, data, batch_targets))

@@ -88,7 +88,7 @@ def build_step(detector, dtype, config):
     the error that building or running the first step gave."""
     (images, labels), _ = detection_data(config.batch_size, 1, config.size)
     try:
-        net = build(detector, config.size, 0)
+        net = build(detector, config.size, 0, config.batch_size)
         batch_targets = targets(detector, net, labels, config.size)
         net, trainer = prepare(net, dtype, lr=1e-3)
         loss_fn, data = loss_function(detector), mx.nd.array(images)
@@ -132,10 +132,11 @@ def cast_counts(detector, config):
     """Casts inserted in the float16 training-mode graph by mxfp16 (its GPU graph) and by AMP:
     nodes, tensors converted (an ``amp_multicast`` node converts several) and the tensors cast."""
     (images, labels), _ = detection_data(config.batch_size, 1, config.size)
-    net = build(detector, config.size, 0)
+    net = build(detector, config.size, 0, config.batch_size)
     inputs = [mx.nd.array(images)]
-    if DETECTORS[detector][0] == "yolo3":
-        inputs += targets(detector, net, labels, config.size)
+    family = DETECTORS[detector][0]
+    if family in ("yolo3", "rcnn"):  # their training calls take targets or gt boxes and labels
+        inputs += targets(detector, net, labels, config.size)[:2 if family == "rcnn" else None]
     net.hybridize()
     with autograd.record():  # YOLOv3 computes its losses only while recording
         net(*inputs)

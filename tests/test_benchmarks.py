@@ -246,14 +246,16 @@ def test_rnn_emulation_error_quick_stays_within_float16_resolution(load_benchmar
     assert all(worst < 1e-5 for worst, _ in rows["unrolled, no rounding"].values())
 
 
-def test_detection_parity_quick_trains_ssd_and_yolo3_in_every_dtype(load_benchmark, tmp_path):
+def test_detection_parity_quick_trains_ssd_yolo3_and_faster_rcnn_in_every_dtype(load_benchmark,
+                                                                               tmp_path):
     module = load_benchmark("detection_parity")
     record, markdown = run_quick(module, tmp_path)
-    pairs = [(d, t) for d in ("ssd_mobilenet0.25", "yolo3_mobilenet0.25")
+    pairs = [(d, t) for d in ("ssd_mobilenet0.25", "yolo3_mobilenet0.25", "faster_rcnn_resnet18_v1b")
              for t in ("float32", "float16", "bfloat16")]
     assert [(row["detector"], row["dtype"]) for row in record["summary"]] == pairs
     assert [(run["detector"], run["dtype"]) for run in record["runs"]] == pairs  # one seed
-    assert len(table_rows(markdown)) == 6 and "Errors:" not in markdown
+    assert len(table_rows(markdown)) == 9 and "Errors:" not in markdown
+    assert [len(run["final_losses"]) for run in record["runs"]] == [2] * 3 + [4] * 6
     for run in record["runs"]:
         assert "error" not in run, run
         assert 0.0 <= run["map"] <= 1.0 and all(np.isfinite(run["final_losses"]))
