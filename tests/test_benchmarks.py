@@ -342,3 +342,34 @@ def test_boundary_scale_step_quick_times_every_mode(load_benchmark, tmp_path):
     assert [row["mode"] for row in record["summary"]] == list(module.MODES)
     assert record["summary"][0]["over_boundary_off"] == 1.0
     assert len(table_rows(markdown)) == 3
+
+
+def test_voc_digits_quick_is_read_by_gluoncv_as_voc(load_benchmark, tmp_path, capsys):
+    from gluoncv.data import VOCDetection
+
+    module = load_benchmark("voc_digits")
+    root = tmp_path / "voc"
+    assert module.main(["--quick", "--root", str(root)]) == 0
+    assert module.DIGIT_AS_VOC == VOCDetection.CLASSES[:10]  # the scripts' class names
+    # GluonCV's scripts: train on 2007+2012 trainval, validate on 2007 test
+    train = VOCDetection(root=str(root), splits=[(2007, "trainval"), (2012, "trainval")])
+    test = VOCDetection(root=str(root), splits=[(2007, "test")])
+    assert (len(train), len(test)) == (4, 2)
+    images, labels = module.digit_detection_set(4, 64, seed=0, split="train")
+    order = [0, 2, 1, 3]  # even indices in VOC2007, odd in VOC2012
+    for position, index in enumerate(order):
+        image, label = train[position]
+        assert image.shape == (64, 64, 3)
+        truth = labels[index][labels[index][:, 4] >= 0]
+        # VOC's 1-based inclusive boxes read back as GluonCV does: xmax, ymax one less
+        np.testing.assert_array_equal(label[:, :4], truth[:, :4] - [0, 0, 1, 1])
+        np.testing.assert_array_equal(label[:, 4], truth[:, 4])  # digit d = VOC class d
+        np.testing.assert_array_equal(label[:, 5], 0)  # none difficult
+        jpeg_error = np.abs(image.asnumpy() / 255.0 - images[index].transpose(1, 2, 0)).mean()
+        assert jpeg_error < 0.05  # JPEG on a noisy canvas: ~0.03; another image: ~0.1+
+    # an existing set is never overwritten
+    capsys.readouterr()
+    assert module.main(["--quick", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "already holds VOC2007, VOC2012" in err
+    assert err.count("\n") == 1
