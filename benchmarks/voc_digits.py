@@ -90,15 +90,16 @@ def annotation_xml(folder, image_id, size, rows):
 
 def write_split(root, year, image_set, ids, images, labels, size):
     """Write the images, their annotations and the ImageSets list of one (year, image set)."""
-    from PIL import Image
+    import cv2  # GluonCV's own image library; PIL's JPEG encoder failed in the full test run
 
     base = os.path.join(root, f"VOC{year}")
     for sub in ("JPEGImages", "Annotations", os.path.join("ImageSets", "Main")):
         os.makedirs(os.path.join(base, sub), exist_ok=True)
     for image_id, image, rows in zip(ids, images, labels):
         pixels = np.clip(np.round(image.transpose(1, 2, 0) * 255), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(os.path.join(base, "JPEGImages", f"{image_id}.jpg"),
-                                     quality=95)
+        path = os.path.join(base, "JPEGImages", f"{image_id}.jpg")
+        if not cv2.imwrite(path, pixels[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 95]):  # BGR
+            raise OSError(f"could not write {path}")
         with open(os.path.join(base, "Annotations", f"{image_id}.xml"), "w") as xml_file:
             xml_file.write(annotation_xml(f"VOC{year}", image_id, size, rows))
     with open(os.path.join(base, "ImageSets", "Main", f"{image_set}.txt"), "w") as list_file:
