@@ -375,6 +375,25 @@ def _boxes_batch(anchors, size, batch, seed):
     return [mx.nd.stack(*[sample[i] for sample in samples]) for i in range(3)]
 
 
+def _ssd_amp_step(net, mbox_loss, trainer, batch, ctx):
+    """One step as GluonCV's train_ssd.py --amp and MXNet's AMP tutorial take it (the same calls
+    in the same order): per-device forward, SSDMultiBoxLoss, scale_loss, backward, step(1).
+    Returns the summed and class losses."""
+    data, cls_targets, box_targets = [gluon.utils.split_and_load(b, ctx_list=ctx, batch_axis=0)
+                                      for b in batch]
+    with autograd.record():
+        cls_preds, box_preds = [], []
+        for x in data:
+            cls_pred, box_pred, _ = net(x)
+            cls_preds.append(cls_pred)
+            box_preds.append(box_pred)
+        sum_loss, cls_loss, _ = mbox_loss(cls_preds, box_preds, cls_targets, box_targets)
+        with amp.scale_loss(sum_loss, trainer) as scaled_loss:
+            autograd.backward(scaled_loss)
+    trainer.step(1)
+    return sum_loss, cls_loss
+
+
 def test_gluoncv_ssd_script_loop(tmp_path):
     """train_ssd.py --amp's calls, in its order: init, network, anchors (float32, before the
     Trainer), Trainer(update_on_kvstore=False), init_trainer, hybridize(static_alloc=True,
@@ -396,19 +415,7 @@ def test_gluoncv_ssd_script_loop(tmp_path):
     net.hybridize(static_alloc=True, static_shape=True)
     losses = []
     for _ in range(4):
-        data, cls_targets, box_targets = [gluon.utils.split_and_load(b, ctx_list=ctx)
-                                          for b in batch]
-        with autograd.record():
-            cls_preds, box_preds = [], []
-            for x in data:
-                cls_pred, box_pred, _ = net(x)
-                cls_preds.append(cls_pred)
-                box_preds.append(box_pred)
-            sum_loss, cls_loss, box_loss = mbox_loss(cls_preds, box_preds, cls_targets,
-                                                     box_targets)
-            with amp.scale_loss(sum_loss, trainer) as scaled_loss:
-                autograd.backward(scaled_loss)
-        trainer.step(1)
+        sum_loss, cls_loss = _ssd_amp_step(net, mbox_loss, trainer, batch, ctx)
         losses.append(float(sum_loss[0].mean().asscalar()))
     assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
     assert net.class_predictors[0].predictor.weight.data().dtype == np.float16
@@ -445,20 +452,7 @@ def test_mxnet_amp_tutorial_training_loop():
     ce_metric = mx.metric.Loss("CrossEntropy")
     losses = []
     for _ in range(3):
-        data, cls_targets, box_targets = [gluon.utils.split_and_load(b, ctx_list=ctx,
-                                                                     batch_axis=0)
-                                          for b in batch]
-        with autograd.record():
-            cls_preds, box_preds = [], []
-            for x in data:
-                cls_pred, box_pred, _ = net(x)
-                cls_preds.append(cls_pred)
-                box_preds.append(box_pred)
-            sum_loss, cls_loss, box_loss = mbox_loss(cls_preds, box_preds, cls_targets,
-                                                     box_targets)
-            with amp.scale_loss(sum_loss, trainer) as scaled_loss:
-                autograd.backward(scaled_loss)
-        trainer.step(1)
+        sum_loss, cls_loss = _ssd_amp_step(net, mbox_loss, trainer, batch, ctx)
         ce_metric.update(0, [loss * 2 for loss in cls_loss])
         losses.append(float(sum_loss[0].mean().asscalar()))
     assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
