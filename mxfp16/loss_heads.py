@@ -26,7 +26,6 @@ the loss scale would train at 1/scale, silently.
 The answer is kept per graph (its ops and the output names of its blocks), so a training loop
 pays the look-up once.
 """
-import json
 import logging
 import re
 
@@ -54,7 +53,7 @@ def _graph(heads):
             sym = autograd.get_symbol(head)
         except mx.base.MXNetError:  # not recorded: no graph, no op to find
             continue
-        graph = json.loads(sym.tojson())
+        graph = mxnet_internals.graph_json(sym)
         outputs = sym.get_internals().list_outputs()
         rows = graph["node_row_ptr"]
         for index, node in enumerate(graph["nodes"]):
@@ -95,7 +94,7 @@ def _cached_ops(cached):
     for sym in mxnet_internals.hybridized_graphs():
         signature = (tuple(sym.list_outputs()), len(sym.list_inputs()))
         if signature in wanted:
-            graphs.setdefault(signature, set()).update(symbol_ops(json.loads(sym.tojson())))
+            graphs.setdefault(signature, set()).update(symbol_ops(mxnet_internals.graph_json(sym)))
     found = set().union(*graphs.values()) & LOSS_HEADS
     return sorted(found), [signature for signature in cached if signature not in graphs]
 

@@ -4,7 +4,6 @@ It runs the graph traced in the current autograd mode, writes float32 checkpoint
 of the same architecture loads, reads float32 or float16 ones, and warns once when a float16
 network's output overflows in evaluation.
 """
-import json
 import warnings
 
 import mxnet as mx
@@ -165,7 +164,7 @@ class CastBlock(gluon.SymbolBlock):
             [mxnet_internals.symbol_block_graph(block)[1] for block, _, _ in
              self._variants.values()]
         if self._head_answer[0] != len(graphs):
-            found = any(set(symbol_ops(json.loads(graph.tojson()))) & LOSS_HEADS
+            found = any(set(symbol_ops(mxnet_internals.graph_json(graph))) & LOSS_HEADS
                         for graph in graphs)
             self._head_answer = (len(graphs), found)
         return self._head_answer[1]
