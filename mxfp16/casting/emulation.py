@@ -20,6 +20,14 @@ keeps them float16; every such value is rounded again before the next GEMM reads
 GEMM sees is exactly what the GPU's would see whenever those elementwise ops are exact in float16
 (ReLU, max-pooling, reshapes) and within one float16 rounding otherwise.  Values already on the float16
 grid (the output of ReLU or max-pooling of rounded values) are not rounded twice.
+
+A BatchNorm that reads a rounded 2-D (NCHW) Convolution output reads it through a depthwise 1x1
+Convolution by 1 (weight an ``_ones`` op, no parameter): ``x * 1`` in float32 is exact both ways, but
+the rounding op hands over a plain NCHW array, and that convolution gives BatchNorm oneDNN's blocked
+layout, as in the float32 graph, where oneDNN's plain-layout BatchNorm is several times slower.
+BatchNorm then sums its statistics and gamma's gradient in the blocked layout's order, as float32
+training does (float32 results in another order than without it); the step holds more memory, a
+blocked copy of each such BatchNorm input.  ``MXFP16_BLOCKED_LAYOUT=0`` leaves it out.
 """
 import logging
 import os
