@@ -4,6 +4,7 @@ result files (Markdown table + JSON next to each other).
 The scripts import it as a sibling module (``python benchmarks/<name>.py`` puts this folder on
 ``sys.path``); it is not part of the mxfp16 package because only the benchmarks use it.
 """
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -187,6 +188,23 @@ def publish(out_dir, name, text, record, extra=""):
     """Write ``<name>.md`` and ``.json`` and print the table with the files written."""
     write_results(out_dir, name, text, record)
     print(text + f"\nwrote {out_dir}/{name}.md{extra or ' and .json'}")
+
+
+def publish_step_medians(name, argv, config, title, seconds, base):
+    """Write and print the median step time of each mode and its ratio to mode ``base``.
+
+    ``seconds`` maps each mode, in table order, to its median step (s); ``config`` is the run's
+    dataclass; ``argv`` the flags (None: ``sys.argv[1:]``)."""
+    ratio = {mode: value / seconds[base] for mode, value in seconds.items()}
+    key = f"over_{base.replace(' ', '_')}"
+    record = {"benchmark": name, "command": command_line(name, sys.argv[1:] if argv is None else argv),
+              "machine": machine_info(), "config": dataclasses.asdict(config),
+              "summary": [{"mode": mode, "median_step_s": value, key: ratio[mode]}
+                          for mode, value in seconds.items()]}
+    rows = [(mode, f"{value * 1000:.1f}", f"{ratio[mode]:.3f}") for mode, value in seconds.items()]
+    text = (f"# {title}\n\n{header_lines(record)}"
+            + markdown_table(["mode", "median step (ms)", f"÷ {base}"], rows))
+    publish(config.out_dir, name, text, record)
 
 
 def require_positive(args, names):

@@ -12,17 +12,16 @@ with its ratio to ``boundary off``.  Outputs in --out-dir: boundary_scale_step.m
 Usage: python benchmarks/boundary_scale_step.py [--batch-size 32] [--size 32] [--steps 10] [--quick]
 """
 import argparse
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import mxnet as mx
 from gluoncv.model_zoo import get_model
 from mxnet import autograd, gluon
 
 import mxfp16
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, publish, require_positive)
+from bench_common import (add_output_arguments, parse_config, publish_step_medians,
+                          require_positive)
 from mxfp16 import boundary_scale
 
 NAME = "boundary_scale_step"
@@ -108,16 +107,8 @@ def main(argv=None):
     config, code = parse_config(get_args_parser(), make_config, argv)
     if config is None:
         return code
-    seconds = median_steps(config)
-    base = seconds[MODES[0]]
-    rows = [(mode, f"{seconds[mode] * 1000:.1f}", f"{seconds[mode] / base:.3f}") for mode in MODES]
-    record = {"benchmark": NAME, "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
-              "machine": machine_info(), "config": asdict(config),
-              "summary": [{"mode": mode, "median_step_s": seconds[mode],
-                           "over_boundary_off": seconds[mode] / base} for mode in MODES]}
-    text = (f"# ResNet-18 step, emulated float16, loss-scale boundary\n\n{header_lines(record)}"
-            + markdown_table(["mode", "median step (ms)", "÷ boundary off"], rows))
-    publish(config.out_dir, NAME, text, record)
+    publish_step_medians(NAME, argv, config, "ResNet-18 step, emulated float16, loss-scale boundary",
+                         median_steps(config), MODES[0])
     return 0
 
 

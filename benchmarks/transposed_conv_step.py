@@ -12,17 +12,16 @@ steps is reported, with its ratio to float32.  Outputs in --out-dir: transposed_
 Usage: python benchmarks/transposed_conv_step.py [--batch-size 64] [--ngf 64] [--steps 10] [--quick]
 """
 import argparse
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet.gluon import nn
 
 import mxfp16
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, publish, require_positive)
+from bench_common import (add_output_arguments, parse_config, publish_step_medians,
+                          require_positive)
 
 NAME = "transposed_conv_step"
 #: (row name, dtype, in_channels given): with the weights' shapes known at the cast, a stride-2
@@ -118,17 +117,8 @@ def main(argv=None):
     config, code = parse_config(get_args_parser(), make_config, argv)
     if config is None:
         return code
-    seconds = median_steps(config)
-    base = seconds["float32"]
-    rows = [(name, f"{seconds[name] * 1000:.1f}", f"{seconds[name] / base:.2f}")
-            for name, _, _ in MODES]
-    record = {"benchmark": NAME, "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
-              "machine": machine_info(), "config": asdict(config),
-              "summary": [{"mode": name, "median_step_s": seconds[name],
-                           "over_float32": seconds[name] / base} for name, _, _ in MODES]}
-    text = (f"# DCGAN generator step, transposed convolutions\n\n{header_lines(record)}"
-            + markdown_table(["mode", "median step (ms)", "÷ float32"], rows))
-    publish(config.out_dir, NAME, text, record)
+    publish_step_medians(NAME, argv, config, "DCGAN generator step, transposed convolutions",
+                         median_steps(config), "float32")
     return 0
 
 

@@ -96,7 +96,9 @@ def test_scale_loss_yields_scaled_loss_or_list():
         assert [s.asnumpy().tolist() for s in scaled] == [[192.0, -256.0], [384.0, -512.0]]
 
 
-def test_unscale_then_clip_then_step_matches_float32():
+def _scaled_backward_beside_float32():
+    """A float32 network, and the same weights under amp (static scale 1024) after one
+    scale_loss backward: ``(x, y, reference, net, trainer)``."""
     x, y = _data()
     reference = _net()
     reference.initialize(mx.init.Xavier())
@@ -113,6 +115,11 @@ def test_unscale_then_clip_then_step_matches_float32():
         loss = gluon.loss.SoftmaxCELoss()(net(x), y)
         with amp.scale_loss(loss, trainer) as scaled:
             autograd.backward(scaled)
+    return x, y, reference, net, trainer
+
+
+def test_unscale_then_clip_then_step_matches_float32():
+    x, y, reference, net, trainer = _scaled_backward_beside_float32()
     amp.unscale(trainer)
     with autograd.record():
         ref_loss = gluon.loss.SoftmaxCELoss()(reference(x), y)
@@ -139,22 +146,7 @@ def test_gluons_clip_global_norm_compares_the_true_norm_while_the_scale_is_held(
     """The unchanged gluon.utils.clip_global_norm between scale_loss and step, without unscale:
     float16 and float32 gradients on a CPU, the true norm compared with max_norm, the gradients
     left scaled for the step, which then moves the weights as float32's clipped step does."""
-    x, y = _data()
-    reference = _net()
-    reference.initialize(mx.init.Xavier())
-    values = [v.data().copy() for v in reference.collect_params().values()]
-    amp.init()
-    net = _net()
-    net.initialize()
-    for param, value in zip(net.collect_params().values(), values):
-        param.set_data(value)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
-                            update_on_kvstore=False)
-    amp.init_trainer(trainer, loss_scale=1024)
-    with autograd.record():
-        loss = gluon.loss.SoftmaxCELoss()(net(x), y)
-        with amp.scale_loss(loss, trainer) as scaled:
-            autograd.backward(scaled)
+    x, y, reference, net, trainer = _scaled_backward_beside_float32()
     with autograd.record():
         ref_loss = gluon.loss.SoftmaxCELoss()(reference(x), y)
     ref_loss.backward()
