@@ -270,9 +270,6 @@ UNDEFINED_ON_CPU = {
 #: (module, dtype, mode) whose training is not run here: the reason.  Casting and inference are
 #: still swept, and the GPU graph below.  Each trained (3 steps, loss falling) when run by hand.
 TRAINING_LIMITS = {
-    ("gluoncv.model_zoo.fcn", "float16", "amp"): "cost only: 7 s (16:14 UTC), its 35M parameters "
-    "checked for overflow and updated in float16 on a CPU; its float16 training is swept in full "
-    "mode, and amp-mode training on PSPNet's and DeepLabV3's heads and Fast-SCNN",
     **{(module, dtype, mode): f"{name}: MXNet's CPU ROIAlign leaves masked RoIs uninitialized "
        "(UNDEFINED_ON_CPU)" for module, name in UNDEFINED_ON_CPU.items()
        for dtype, mode in (("float16", "full"), ("bfloat16", "full"), ("float16", "amp"))},
@@ -290,25 +287,12 @@ def fix_backbone(net):
         getattr(net, layer).collect_params().setattr("grad_req", "null")
 
 
-#: (module, dtype, mode) not run at all here, for their cost (each cast, trained 3 steps with a
-#: falling loss and inferred with float32's structure when run by hand, 16:27 UTC, load ~4): they
-#: are swept in bfloat16 and their float16 GPU graphs (full and amp) below.
-NOT_RUN = {
-    **{(module, "float16", mode): f"cost only: {cost} s in float16 emulation ({what})"
-       for module, cost, what in (
-           ("gluoncv.model_zoo.deeplabv3b_plus", 21, "WideResNet-38 backbone"),
-           ("gluoncv.model_zoo.icnet", 10, "ResNet-50 PSPNet at three resolutions"),
-           ("gluoncv.model_zoo.danet", 9, "dilated ResNet-50 with attention heads"),
-           ("gluoncv.model_zoo.alpha_pose.fast_pose", 8, "SE-ResNet-50 with DUC head"))
-       for mode in ("full", "amp")},
-}
+#: (module, dtype, mode) not run here: the reason.  Empty: every family trains in every dtype and
+#: mode (DeepLabV3+, ICNet, DANet and AlphaPose in float16 emulation add about 55 s).
+NOT_RUN = {}
 
 #: (module, mode) whose GPU graph is not type-checked here: the reason.
-GPU_GRAPH_NOT_RUN = {
-    **{("gluoncv.model_zoo.deeplabv3b_plus", mode): f"cost only: {cost} s (16:29 UTC), for "
-       "layers (convolutions, BatchNorm, resize, concat) whose GPU graphs DeepLabV3's and PSPNet's "
-       "check; its bfloat16 graph trains here" for mode, cost in (("full", 3), ("amp", 6))},
-}
+GPU_GRAPH_NOT_RUN = {}
 
 #: Dense-prediction modules not swept here: why.
 EXCEPTIONS = {}

@@ -113,3 +113,24 @@ def test_gpu_runs_real_float16():
     net.collect_params().reset_ctx(mx.gpu(0))
     out = mxfp16.cast_block(net, "float16")(mx.nd.ones((2, 3), ctx=mx.gpu(0)))
     assert out.dtype == np.float32 and net.weight.data().dtype == np.float16
+
+
+def test_batchnorm_reads_a_rounded_convolution_through_an_exact_identity_convolution():
+    from mxfp16.casting.emulation import emulate_float16
+    from mxfp16.casting.graph import count_ops, strip
+    conv = mx.sym.Convolution(mx.sym.var("data"), num_filter=4, kernel=(3, 3), no_bias=True, name="conv")
+    sym = mx.sym.BatchNorm(conv, name="bn")
+    emulated = emulate_float16(sym, {"conv_output": "float16", "conv_weight": "float16"}, ["data"])
+    assert count_ops(emulated, "Convolution") == 2 and count_ops(emulated, "_ones") == 1
+    assert emulated.list_arguments() == sym.list_arguments()  # the identity's weight is no parameter
+    assert count_ops(strip(emulated, ["data"]), "Convolution") == 1  # a second cast starts afresh
+    rng = np.random.RandomState(0)
+    x, w = rng.randn(2, 3, 8, 8).astype("float32"), rng.randn(4, 3, 3, 3).astype("float16")
+    internals = emulated.get_internals()
+    names = [n for n in internals.list_outputs() if n.endswith("_identity_output")]
+    args = {"data": mx.nd.array(x), "conv_weight": mx.nd.array(w, dtype="float16")}
+    identity = internals[names[0]].bind(mx.cpu(), args).forward()[0]
+    reference = mx.nd.Convolution(mx.nd.array(x.astype("float16").astype("float32")),
+                                  mx.nd.array(w.astype("float32")), num_filter=4, kernel=(3, 3),
+                                  no_bias=True).asnumpy().astype("float16").astype("float32")
+    assert identity.asnumpy().tobytes() == reference.tobytes()

@@ -20,8 +20,17 @@ keeps them float16; every such value is rounded again before the next GEMM reads
 GEMM sees is exactly what the GPU's would see whenever those elementwise ops are exact in float16
 (ReLU, max-pooling, reshapes) and within one float16 rounding otherwise.  Values already on the float16
 grid (the output of ReLU or max-pooling of rounded values) are not rounded twice.
+
+A BatchNorm that reads a rounded 2-D (NCHW) Convolution output reads it through a depthwise 1x1
+Convolution by 1 (weight an ``_ones`` op, no parameter): ``x * 1`` in float32 is exact both ways, but
+the rounding op hands over a plain NCHW array, and that convolution gives BatchNorm oneDNN's blocked
+layout, as in the float32 graph, where oneDNN's plain-layout BatchNorm is several times slower.
+BatchNorm then sums its statistics and gamma's gradient in the blocked layout's order, as float32
+training does (float32 results in another order than without it); the step holds more memory, a
+blocked copy of each such BatchNorm input.  ``MXFP16_BLOCKED_LAYOUT=0`` leaves it out.
 """
 import logging
+import os
 
 import mxnet as mx
 
@@ -30,6 +39,12 @@ from .graph import DTYPE_CODES, GraphRewriter, node_dtype
 from .transposed import deconvolution_as_convolution
 
 log = logging.getLogger(__name__)
+
+
+def blocked_layout_wanted():
+    """Whether a BatchNorm after a rounding reads it through an identity convolution: on a CPU
+    without GPUs, unless ``MXFP16_BLOCKED_LAYOUT=0``."""
+    return os.environ.get("MXFP16_BLOCKED_LAYOUT", "1") != "0" and mx.context.num_gpus() == 0
 
 
 def resolve_emulate(emulate, dtype):
@@ -169,6 +184,8 @@ class _Emulator:
         if cast_to == "float32":
             self.rw.replace(old_id, inputs[0])
             return
+        if node["op"] == "BatchNorm" and inputs and self.wants_blocked_layout(node, node["inputs"][0]):
+            inputs[0] = self.blocked(inputs[0], self.rw.input_entry(node["inputs"][0]))
         gemm = node["op"] in GEMM_OPS and self.runs_in_float16(node)
         if gemm:
             inputs = [e if i in skip else self.round(e) for i, e in enumerate(inputs)]
@@ -179,6 +196,24 @@ class _Emulator:
             self.rounded.add(new_id)
         elif is_grid_preserving(node) and all(e[0] in self.on_grid for e in values):
             self.on_grid.add(new_id)
+
+    def wants_blocked_layout(self, node, old_entry):
+        """Whether a BatchNorm reads a rounded 2-D NCHW Convolution's output over channels."""
+        source = self.rw.input_entry(old_entry)
+        conv = self.rw.nodes[source[0]]
+        attrs = conv.get("attrs", {})
+        return (blocked_layout_wanted() and conv["op"] == "Convolution" and source[0] in self.rounded
+                and source[0] not in self.partial and attrs.get("layout", "NCHW") == "NCHW"
+                and len(attrs.get("kernel", "()").strip("()").split(",")) == 2
+                and "num_filter" in attrs and node.get("attrs", {}).get("axis", "1") == "1")
+
+    def blocked(self, rounded, source):
+        """The rounded output through an identity depthwise convolution, bit for bit the same value
+        and gradient, but in oneDNN's blocked layout (see the module docstring)."""
+        channels = int(self.rw.nodes[source[0]]["attrs"]["num_filter"])
+        out = self.rw.identity_convolution(rounded, channels, 2)
+        self.on_grid.add(out[0])
+        return out
 
     def run(self):
         for old_id, node in self.rw.nodes_in_order():

@@ -52,8 +52,9 @@ class GraphRewriter:
         for old_id, node in enumerate(self.old_nodes):
             if self.drop_inserted and node.get("attrs", {}).get(MARK):
                 # An inserted cast passes its inputs through: the graph is rewritten from the original.
-                for index, old_input in enumerate(node["inputs"]):
-                    self._override[(old_id, index)] = self.input_entry(old_input)
+                # (Only the first input: the weight of an inserted identity convolution is not.)
+                if node["inputs"]:
+                    self._override[(old_id, 0)] = self.input_entry(node["inputs"][0])
                 continue
             if self.drop_inserted and MARK_DTYPE in node.get("attrs", {}):
                 attrs = dict(node["attrs"])
@@ -106,6 +107,24 @@ class GraphRewriter:
         node = {"op": op, "name": self.unique_name(f"{source}_{key}"), "attrs": attrs}
         out = (self.emit(node, [entry]), 0, 0)
         self._cache[(tuple(entry), key)] = out
+        return out
+
+    def identity_convolution(self, entry, channels, kernel_dims):
+        """A depthwise convolution by 1 (exact: ``x * 1`` accumulated in float32), inserted once per
+        entry: it hands its consumer oneDNN's blocked layout.  Its weight is an ``_ones`` op, not a
+        parameter."""
+        cached = self._cache.get((tuple(entry), "identity"))
+        if cached is not None:
+            return cached
+        source = self.nodes[entry[0]]["name"]
+        ones = (self.emit({"op": "_ones", "name": self.unique_name(f"{source}_identity_weight"),
+                           "attrs": {"shape": str((channels, 1) + (1,) * kernel_dims),
+                                     "dtype": "float32", MARK: "identity_weight"}}, []), 0, 0)
+        attrs = {"kernel": str((1,) * kernel_dims), "num_filter": str(channels),
+                 "num_group": str(channels), "no_bias": "True", MARK: "identity"}
+        node = {"op": "Convolution", "name": self.unique_name(f"{source}_identity"), "attrs": attrs}
+        out = (self.emit(node, [entry, ones]), 0, 0)
+        self._cache[(tuple(entry), "identity")] = out
         return out
 
     def cast(self, entry, dtype):
