@@ -190,7 +190,12 @@ def test_simple_pose_deconvolution_head_trains_cast(dtype):
     net = get_model("simple_pose_resnet18_v1b", pretrained=False, pretrained_base=False)
     net.initialize()
     cast = mxfp16.cast_block(net, dtype)
-    trainer = mxfp16.Trainer(net.collect_params(), "adam", {"learning_rate": 1e-3}, dtype=dtype)
+    # A static scale: this test is about the transposed convolutions training, not about the
+    # dynamic scaler, whose measured start (65536) lets this tiny network's float16 gradients
+    # overflow at the third step (BatchNorm over 2 values a channel amplifies any rounding) and
+    # skip it, as it should.
+    trainer = mxfp16.Trainer(net.collect_params(), "adam", {"learning_rate": 1e-3}, dtype=dtype,
+                             loss_scale=1024 if dtype == "float16" else None)
     x = mx.nd.array(np.random.RandomState(0).uniform(-1, 1, (2, 3, 32, 32)))
     losses = []
     for _ in range(3):
