@@ -179,31 +179,31 @@ def centernet_loss(net, x):
     return lambda cast: loss(cast).sum()
 
 
-def segmentation_loss(net, x):
+def summed_on_a_target(loss, x, flatten=False):
+    """``loss`` of the cast network's outputs (flattened if asked) and one random class map of
+    the crop, summed: the segmentation families' losses take their outputs so."""
     target = mx.nd.array(np.random.RandomState(1).randint(0, 3, (1, CROP, CROP)))
-    mix = gcv_loss.MixSoftmaxCrossEntropyLoss(aux=True)
-    return lambda cast: mix(*cast(x), target).sum()
+    outputs = (lambda cast: flat(cast(x))) if flatten else (lambda cast: cast(x))
+    return lambda cast: loss(*outputs(cast), target).sum()
+
+
+def segmentation_loss(net, x):
+    return summed_on_a_target(gcv_loss.MixSoftmaxCrossEntropyLoss(aux=True), x)
 
 
 def multi_loss(net, x):
     """DANet's three outputs against one target (SegmentationMultiLosses, as its script)."""
-    target = mx.nd.array(np.random.RandomState(1).randint(0, 3, (1, CROP, CROP)))
-    multi = gcv_loss.SegmentationMultiLosses()
-    return lambda cast: multi(*cast(x), target).sum()
+    return summed_on_a_target(gcv_loss.SegmentationMultiLosses(), x)
 
 
 def icnet_loss(net, x):
     """ICNet's cascade of four outputs, each resized to the crop (ICNetLoss, as its script)."""
-    target = mx.nd.array(np.random.RandomState(1).randint(0, 3, (1, CROP, CROP)))
-    cascade = gcv_loss.ICNetLoss(crop_size=CROP)
-    return lambda cast: cascade(*cast(x), target).sum()
+    return summed_on_a_target(gcv_loss.ICNetLoss(crop_size=CROP), x)
 
 
 def plain_segmentation_loss(net, x):
     """One output, no aux head (DeepLabV3+)."""
-    target = mx.nd.array(np.random.RandomState(1).randint(0, 3, (1, CROP, CROP)))
-    mix = gcv_loss.MixSoftmaxCrossEntropyLoss(aux=False)
-    return lambda cast: mix(*flat(cast(x)), target).sum()
+    return summed_on_a_target(gcv_loss.MixSoftmaxCrossEntropyLoss(aux=False), x, flatten=True)
 
 
 def pose_loss(net, x):
