@@ -47,7 +47,7 @@ VOC_CLASSES = ('aeroplane', 'bicycle', 'bird', 'boat', 'bottle', 'bus', 'car', '
 DIGIT_AS_VOC = VOC_CLASSES[:10]
 
 
-def digit_detection_set(num_images, size, seed, split):
+def digit_detection_set(num_images, size, seed, split, max_digits=3):
     """``examples/common.py``'s generator (the examples' folder on ``sys.path`` for its imports)."""
     if EXAMPLES_DIR not in sys.path:
         sys.path.insert(0, EXAMPLES_DIR)
@@ -55,7 +55,8 @@ def digit_detection_set(num_images, size, seed, split):
                                                   os.path.join(EXAMPLES_DIR, "common.py"))
     common = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(common)
-    return common.digit_detection_set(num_images, size, seed=seed, split=split)
+    return common.digit_detection_set(num_images, size, seed=seed, split=split,
+                                      max_digits=max_digits)
 
 
 def annotation_xml(folder, image_id, size, rows):

@@ -373,3 +373,86 @@ def test_voc_digits_quick_is_read_by_gluoncv_as_voc(load_benchmark, tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "already holds VOC2007, VOC2012" in err
     assert err.count("\n") == 1
+
+
+def test_digit_backbone_quick_writes_weights_the_zoo_network_loads(load_benchmark, tmp_path,
+                                                                   capsys):
+    from gluoncv.model_zoo import get_model
+
+    module = load_benchmark("digit_backbone")
+    out = tmp_path / "mobilenet0.25_digits.params"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("mobilenet0.25: 20 steps, held-out digit accuracy ")
+    accuracy = float(line.split("accuracy ")[1].split(",")[0])
+    assert 0.0 <= accuracy <= 1.0
+    net = get_model("mobilenet0.25", pretrained=False)
+    net.load_parameters(str(out))  # the model store's file layout: every parameter, same shapes
+    assert net.output.weight.shape == (1000, 256)
+    # never overwritten; a network the zoo does not have is named
+    assert module.main(["--quick", "--out", str(out)]) == 2
+    assert module.main(["--quick", "--out", str(tmp_path / "x"), "--network", "mobilenet9"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "exists; it is never overwritten" in err[0] and "'mobilenet9'" in err[1]
+
+
+UPSTREAM_LIKE_SCRIPT = '''
+import sys, time
+import mxnet as mx
+from mxnet import gluon
+from gluoncv.model_zoo import get_model
+from mxfp16 import amp
+
+amp.init()
+net = get_model("ssd_300_mobilenet0.25_voc", pretrained_base=True, norm_layer=gluon.nn.BatchNorm)
+net.initialize()
+first_conv = net.collect_params()["ssd0_mobilenet0_conv0_weight"]
+try:
+    print("first conv weight sum", float(first_conv.data().sum().asscalar()))
+except gluon.parameter.DeferredInitializationError:  # not loaded: shapes come at the first call
+    print("first conv weight deferred")
+trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                        update_on_kvstore=False)
+amp.init_trainer(trainer)
+print("args", sys.argv[1:])
+time.sleep(0.3)
+'''
+
+
+def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(tmp_path):
+    import subprocess
+    import sys
+
+    import mxnet as mx
+    from gluoncv.model_zoo import get_model
+
+    backbone = get_model("mobilenet0.25", pretrained=False)
+    backbone.initialize(mx.init.Constant(0.5))
+    backbone(mx.nd.zeros((1, 3, 32, 32)))  # the convolutions' input channels are inferred
+    weights = tmp_path / "backbone.params"
+    backbone.save_parameters(str(weights))
+    script = tmp_path / "train_like.py"
+    script.write_text(UPSTREAM_LIKE_SCRIPT)
+    runner = os.path.join(BENCHMARKS_DIR, "run_upstream.py")
+    rss_log = tmp_path / "rss.log"
+
+    def run(*options):
+        return subprocess.run([sys.executable, runner, *options, str(script), "--seed", "3"],
+                              capture_output=True, text=True, cwd=tmp_path)
+    done = run("--backbone", f"mobilenet0.25={weights}", "--rss-log", str(rss_log),
+               "--rss-interval", "0.1")
+    assert done.returncode == 0, done.stderr
+    # the first conv of the base holds the file's 0.5s: 8 filters of 3x3x3
+    assert "first conv weight sum 108.0\n" in done.stdout
+    assert "args ['--seed', '3']\n" in done.stdout  # the script's own arguments, untouched
+    assert "mxfp16.amp loss scaler: final scale " in done.stdout
+    assert "skipped steps 0\n" in done.stdout
+    samples = [line.split() for line in rss_log.read_text().splitlines()]
+    assert samples and all(float(gb) > 0 for _, gb in samples)
+    # without a stand-in the zoo's download is refused, naming the fix
+    refused = run()
+    assert refused.returncode != 0
+    assert "offline: no weights for 'mobilenet0.25'; pass --backbone mobilenet0.25=FILE" \
+        in refused.stderr
+    random_base = run("--random-base")
+    assert random_base.returncode == 0 and "first conv weight deferred\n" in random_base.stdout
