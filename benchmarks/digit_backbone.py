@@ -23,6 +23,7 @@ import os
 import sys
 
 import numpy as np
+from voc_digits import digit_detection_set  # a sibling, as bench_common is to the others
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
@@ -32,9 +33,6 @@ BATCH_SIZE = 64
 
 def digit_canvases(num_images, size):
     """``num_images`` normalized canvases of one digit each and the digits (float32 arrays)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from voc_digits import digit_detection_set
-
     images, labels = digit_detection_set(num_images, size, seed=5, split="train", max_digits=1)
     return (images - IMAGENET_MEAN) / IMAGENET_STD, labels[:, 0, 4]
 

@@ -7,6 +7,8 @@ import importlib.util
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -420,9 +422,6 @@ time.sleep(0.3)
 
 
 def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(tmp_path):
-    import subprocess
-    import sys
-
     import mxnet as mx
     from gluoncv.model_zoo import get_model
 
