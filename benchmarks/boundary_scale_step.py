@@ -1,4 +1,4 @@
-"""Cost of the loss-scale boundary of a cast network (mxfp16.boundary_scale): one training step of
+"""Cost of the loss-scale boundary of a cast network (mxfp16.scaling.boundary): one training step of
 GluonCV's ResNet-18 (resnet18_v1b, 10 classes) in emulated float16, with and without the factors a cast
 network multiplies its inputs and outputs by while autograd records.
 
@@ -22,7 +22,7 @@ from mxnet import autograd, gluon
 import mxfp16
 from bench_common import (add_output_arguments, parse_config, publish_step_medians,
                           require_positive)
-from mxfp16 import boundary_scale
+from mxfp16.scaling import boundary as boundary_scale
 
 NAME = "boundary_scale_step"
 MODES = ("boundary off", "boundary on", "SoftmaxOutput loss")

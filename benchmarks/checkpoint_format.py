@@ -25,9 +25,9 @@ import mxnet as mx
 from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
                           markdown_table, parse_config, publish, require_positive)
 from mxfp16 import mxnet_internals
-from mxfp16.checkpoint_files import sha256_file
+from mxfp16.checkpoints.files import sha256_file
 from mxfp16.models import block_to_network, get_network
-from mxfp16.optimizer_states import load_trainer_states, save_trainer_states
+from mxfp16.checkpoints.optimizer_states import load_trainer_states, save_trainer_states
 from mxfp16.optimizers import make_trainer
 
 NAME = "checkpoint_format"

@@ -2,12 +2,12 @@
 
 Part 1, bytes: the network (default ResNet-50 v1, 1000 classes) is cast as ``train_imagenet.py``
 casts it (``mxfp16.train.gluon_api.gluon_network``) and the gradients' sizes are summed over the
-trained parameters: what :class:`mxfp16.horovod.Horovod` allreduces per step and process, in
+trained parameters: what :class:`mxfp16.distributed.horovod.Horovod` allreduces per step and process, in
 float32, float16 (BatchNorm's parameters stay float32) and bfloat16, and for float32 gradients
 sent with Horovod's fp16 compression (``set_gradient_compression({'type': 'fp16'})``).
 
 Part 2, allreduce time: two Horovod processes allreduce one step's gradients (every tensor, as
-the Trainer does) through :class:`mxfp16.horovod.Horovod`, float32 then float16; median seconds of
+the Trainer does) through :class:`mxfp16.distributed.horovod.Horovod`, float32 then float16; median seconds of
 ``--repeats`` steps after a warm-up.
 
 Part 3, throughput: ``scripts/train_imagenet.py --benchmark 1`` (synthetic data) once as one
@@ -57,9 +57,9 @@ def gradient_bytes(network_name, num_classes, image_shape, dtype):
 def allreduce_worker(network_name, num_classes, image_shape, repeats):
     """Run under horovodrun: time one step's allreduce of every gradient, float32 then float16,
     through mxfp16's Horovod kvstore; rank 0 prints ``ALLREDUCE {json}`` (median seconds)."""
-    import mxfp16.horovod
+    import mxfp16.distributed.horovod
 
-    kv = mxfp16.horovod.Horovod()
+    kv = mxfp16.distributed.horovod.Horovod()
     medians = {}
     for dtype in ("float32", "float16"):
         grads = gradient_arrays(network_name, num_classes, image_shape, dtype)

@@ -29,22 +29,27 @@ from .mxnet_import import import_core
 # still run to diagnose that; a user gets import_core's clear error instead of MXNet's traceback.
 # Module -> the public names it defines, as ``from .<module> import <names>`` did here.
 _EXPORTS = {
-    "clipping": ("clip_global_norm", "clip_grad_global_norm"),
+    "scaling.clipping": ("clip_global_norm", "clip_grad_global_norm"),
     "casting": ("cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate",
                 "export"),
-    "loss_scaling": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
-                     "make_loss_scaler"),
+    "scaling.scalers": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
+                        "make_loss_scaler"),
     "module": ("init_optimizer", "make_scaled_module", "module_step", "scale_loss_symbol"),
     "optimizers": ("MULTI_PRECISION_OPTIMIZERS", "make_optimizer", "make_trainer", "rescale_grad"),
-    "preemption": ("StopRequest",),
+    "checkpoints.preemption": ("StopRequest",),
     "trainer": ("Trainer",),
-    "training_state": ("TrainingState", "save_training_state", "load_training_state",
-                       "latest_training_state", "seed_step"),
+    "checkpoints.training_state": ("TrainingState", "save_training_state", "load_training_state",
+                                   "latest_training_state", "seed_step"),
 }
 
-#: The other core modules that ``import mxfp16`` made attributes of the package (``mxfp16.kvstore``).
-_ALSO_LOADED = ("grad_checks", "kvstore",
-                "loss_scale_settings", "mxnet_internals")
+#: The core's subpackages and modules, loaded as attributes of the package on first use
+#: (``mxfp16.scaling.scalers``), and the names earlier releases gave some of them (``mxfp16.kvstore``).
+_MODULES = {
+    "scaling": "scaling", "checkpoints": "checkpoints", "distributed": "distributed",
+    "mxnet_internals": "mxnet_internals",
+    "grad_checks": "scaling.overflow", "kvstore": "distributed.kvstore",
+    "loss_scale_settings": "scaling.settings",
+}
 
 __version__ = "0.1.0"
 
@@ -60,8 +65,8 @@ __all__ = [
 
 
 def __getattr__(name):
-    if name in _EXPORTS or name in _ALSO_LOADED:
-        return import_core(f"{__name__}.{name}")
+    if name in _MODULES:
+        return import_core(f"{__name__}.{_MODULES[name]}")
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     for module_name, names in _EXPORTS.items():

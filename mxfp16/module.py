@@ -20,8 +20,8 @@ import numpy as np
 
 from . import mxnet_internals
 from .dtypes import GRAD_SCALE_HEADS
-from .grad_checks import all_finite, device_sums, max_magnitude, max_magnitudes
-from .horovod import is_horovod
+from .scaling.overflow import all_finite, device_sums, max_magnitude, max_magnitudes
+from .distributed.horovod import is_horovod
 from .optimizers import rescale_grad
 
 #: kvstore key of the per-step overflow flag that workers sum so that all skip alike.
@@ -227,7 +227,7 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
         Samples per step over all workers (the gradients are sums over them).
     kvstore : KVStore or None
         For distributed training: the workers agree on skipping, and on the ``'auto'`` start,
-        through it.  With :class:`mxfp16.horovod.Horovod` the gradients are summed over the ranks
+        through it.  With :class:`mxfp16.distributed.horovod.Horovod` the gradients are summed over the ranks
         before the check (in their dtype), and the decision is taken on the sums.
 
     Returns

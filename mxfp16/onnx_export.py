@@ -14,7 +14,7 @@ import tempfile
 import mxnet as mx
 import numpy as np
 
-from .atomic_files import StagedFiles
+from .checkpoints.atomic import StagedFiles
 
 #: The ONNX opset :func:`export_onnx` writes by default: the newest MXNet 1.9.1 translates to.
 DEFAULT_OPSET = 13

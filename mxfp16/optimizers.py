@@ -10,7 +10,7 @@ from mxnet import gluon
 
 from . import mxnet_internals
 from .dtypes import LOW_PRECISION_DTYPES, check_dtype
-from .kvstore import sync_if_horovod
+from .distributed.kvstore import sync_if_horovod
 from .master_weights import (check_optimizer, keeps_master_weights, master_index, master_weight,
                              multi_precision_optimizers)
 
@@ -227,7 +227,7 @@ def make_trainer(params, optimizer, optimizer_params=None, kvstore="device",
         agrees with the dtype.  A dtype name here is taken as ``dtype``.
     kvstore : str or KVStore
         As for ``gluon.Trainer``: 'device', 'local', 'dist_sync', 'dist_device_sync', ..., or
-        :class:`mxfp16.horovod.Horovod` (rank 0's weights are broadcast here).
+        :class:`mxfp16.distributed.horovod.Horovod` (rank 0's weights are broadcast here).
     compression_params : dict, optional
         As for ``gluon.Trainer``.
     update_on_kvstore : bool or None
@@ -235,7 +235,7 @@ def make_trainer(params, optimizer, optimizer_params=None, kvstore="device",
     dtype : {'float32', 'float16', 'bfloat16'} or None
         None infers it from the parameters (see :func:`training_dtype`).
     loss_scale : float
-        Static loss scale to undo in ``rescale_grad``.  Keep 1 when a :mod:`mxfp16.loss_scaling`
+        Static loss scale to undo in ``rescale_grad``.  Keep 1 when a :mod:`mxfp16.scaling.scalers`
         scaler drives the steps: it unscales itself.
     **kwargs
         More optimizer arguments, merged with ``optimizer_params``.
@@ -290,7 +290,7 @@ def check_updates_on_workers(trainer):
 
     Examples
     --------
-    >>> from mxfp16.kvstore import sync_initial_weights
+    >>> from mxfp16.distributed.kvstore import sync_initial_weights
     >>> net = gluon.nn.Dense(2, in_units=3)
     >>> net.initialize(ctx=[mx.cpu(0), mx.cpu(1)])
     >>> trainer = gluon.Trainer(net.collect_params(), 'sgd')

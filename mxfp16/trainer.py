@@ -12,11 +12,12 @@ import logging
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from . import clipping, mxnet_internals
-from .grad_checks import flat_trainer_grads
-from .kvstore import sync_if_horovod
-from .loss_heads import HeadScaling
-from .loss_scaling import LossScaler, make_loss_scaler
+from . import mxnet_internals
+from .scaling import clipping
+from .scaling.overflow import flat_trainer_grads
+from .distributed.kvstore import sync_if_horovod
+from .scaling.heads import HeadScaling
+from .scaling.scalers import LossScaler, make_loss_scaler
 from .optimizers import adapt_states, make_optimizer, restore_multi_precision, training_dtype
 
 #: Attribute of the optimizer pickled into a ``.states`` file that carries the loss scaler's
@@ -78,7 +79,7 @@ class Trainer(gluon.Trainer):
     ----------
     params, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore
         As for ``gluon.Trainer``.  ``kvstore`` may be ``mx.kv.create('horovod')`` (after
-        ``import mxfp16.horovod``) in a horovodrun job: rank 0's weights are broadcast here, and
+        ``import mxfp16.distributed.horovod``) in a horovodrun job: rank 0's weights are broadcast here, and
         gradients are summed over the ranks before the loss scaler checks them.
         ``optimizer_params`` may hold ``multi_precision`` if it agrees with ``dtype`` (GluonCV's
         scripts set it for float16); mxfp16 sets it from ``dtype``.
@@ -200,7 +201,7 @@ class Trainer(gluon.Trainer):
         When a loss passes through an op whose backward ignores the head gradient
         (``SoftmaxOutput``, ``MakeLoss``, the ``*RegressionOutput`` ops: GluonCV's segmentation
         losses), found in the recorded graph, the scale enters at the boundary of the cast
-        networks (:mod:`mxfp16.boundary_scale`) instead: each multiplies the gradient of its
+        networks (:mod:`mxfp16.scaling.boundary`) instead: each multiplies the gradient of its
         outputs by it, and the gradients of parameters outside them are multiplied after the
         backward; the step divides by the scale as for any loss.  Without a cast network on the
         way (one cast with ``net.cast``), or with the op inside a cast network's graph, the

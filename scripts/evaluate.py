@@ -16,8 +16,8 @@ and exits with code 2.
 import sys
 
 from mxfp16.train.evaluate import EvalConfig, evaluate_job
-from mxfp16.train.flags import ArgumentParser
-from mxfp16.train.flags_deploy import add_eval_arguments
+from mxfp16.train.cli.flags import ArgumentParser
+from mxfp16.train.cli.flags_deploy import add_eval_arguments
 from mxfp16.train.runner import run_command
 
 

@@ -14,8 +14,8 @@ one-line summary.  Bad input prints one "error: ..." line and exits with code 2.
 import sys
 
 from mxfp16.train.deploy import ExportConfig, export_job
-from mxfp16.train.flags import ArgumentParser
-from mxfp16.train.flags_deploy import add_export_arguments
+from mxfp16.train.cli.flags import ArgumentParser
+from mxfp16.train.cli.flags_deploy import add_export_arguments
 from mxfp16.train.runner import run_command
 
 

@@ -12,9 +12,9 @@ input prints one "error: ..." line and exits with code 2.
 """
 import sys
 
-from mxfp16.train.config import FineTuneConfig
+from mxfp16.train.cli.config import FineTuneConfig
 from mxfp16.train.jobs import fine_tune_job
-from mxfp16.train.flags import ArgumentParser, add_fine_tune_arguments
+from mxfp16.train.cli.flags import ArgumentParser, add_fine_tune_arguments
 from mxfp16.train.runner import run_job
 
 

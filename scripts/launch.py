@@ -7,7 +7,7 @@ or a Horovod job through horovodrun.
         --kv-store horovod --network resnet50_v1 ...
 
 runs the command as ``-n`` workers next to ``-s`` servers and one scheduler, on this machine
-(127.0.0.1 only) or, with a hostfile, on its hosts through ssh; see :mod:`mxfp16.train.launcher` for
+(127.0.0.1 only) or, with a hostfile, on its hosts through ssh; see :mod:`mxfp16.train.launch.launcher` for
 the environment each process gets and how the job ends.  The exit code is 0 when every worker
 succeeded, else the first failing process's code; 124 after ``--timeout``, 130 on Ctrl-C.  Errors
 in the input print one ``error: ...`` line and exit with code 2.
@@ -17,8 +17,8 @@ import logging
 import os
 import sys
 
-from mxfp16.train.launch_plan import LAUNCHERS, LaunchError, LaunchTimeout, read_hostfile
-from mxfp16.train.launcher import launch
+from mxfp16.train.launch.plan import LAUNCHERS, LaunchError, LaunchTimeout, read_hostfile
+from mxfp16.train.launch.launcher import launch
 
 #: Exit code after --timeout (as timeout(1)) and after Ctrl-C (as a shell).
 TIMEOUT_EXIT, INTERRUPT_EXIT = 124, 130

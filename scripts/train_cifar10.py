@@ -11,8 +11,8 @@ line and exits with code 2.
 """
 import sys
 
-from mxfp16.train.config import Cifar10Config
-from mxfp16.train.flags import ArgumentParser, add_train_arguments
+from mxfp16.train.cli.config import Cifar10Config
+from mxfp16.train.cli.flags import ArgumentParser, add_train_arguments
 from mxfp16.train.jobs import train_job
 from mxfp16.train.runner import run_job
 

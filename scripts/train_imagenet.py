@@ -12,8 +12,8 @@ checkpoints) prints one "error: ..." line and exits with code 2.
 """
 import sys
 
-from mxfp16.train.config import TrainConfig
-from mxfp16.train.flags import ArgumentParser, add_train_arguments
+from mxfp16.train.cli.config import TrainConfig
+from mxfp16.train.cli.flags import ArgumentParser, add_train_arguments
 from mxfp16.train.jobs import train_job
 from mxfp16.train.runner import run_job
 

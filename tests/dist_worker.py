@@ -17,7 +17,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from mxfp16 import kvstore
+from mxfp16.distributed import kvstore
 
 NUM_SAMPLES, NUM_FEATURES = 512, 8
 BATCH_SIZE = 16  # per worker

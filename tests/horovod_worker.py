@@ -24,7 +24,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-import mxfp16.horovod
+import mxfp16.distributed.horovod
 from mxfp16 import module as mxmodule
 from mxfp16 import mxnet_internals
 
@@ -123,7 +123,7 @@ def train_two_trainers(rank):
     its own prefix; then the error of a third Trainer on the first one's kvstore."""
     mx.random.seed(300 + rank)
     nets = [nn.Dense(16, in_units=16), nn.Dense(16, in_units=16)]
-    kvstores = [mxfp16.horovod.Horovod(prefix=prefix) for prefix in ("generator.", "discrim.")]
+    kvstores = [mxfp16.distributed.horovod.Horovod(prefix=prefix) for prefix in ("generator.", "discrim.")]
     trainers = []
     for net, kvstore in zip(nets, kvstores):
         net.initialize()
@@ -150,11 +150,11 @@ def main(argv=None):
     parser.add_argument("--die-at", type=int, default=-1)
     args = parser.parse_args(argv)
     under_horovod = "HOROVOD_RANK" in os.environ
-    kv = mx.kv.create("horovod") if under_horovod else "device"  # registered by mxfp16.horovod
+    kv = mx.kv.create("horovod") if under_horovod else "device"  # registered by mxfp16.distributed.horovod
     rank, size = (kv.rank, kv.num_workers) if under_horovod else (0, 1)
     x, y = make_data()
     if under_horovod:  # float32 values sent with Horovod's fp16 compression
-        compressed = mxfp16.horovod.Horovod(compression="fp16")
+        compressed = mxfp16.distributed.horovod.Horovod(compression="fp16")
         values = mx.nd.array(compressed_values(rank))
         compressed.pushpull("compressed", values)
         np.save(os.path.join(args.out_dir, f"compressed-rank{rank}.npy"), values.asnumpy())

@@ -1,4 +1,5 @@
-"""mxfp16.train.checkpoint: MXNet-format files + JSON, atomic saves, crashes mid-save, bad checkpoints."""
+"""mxfp16.train.state.checkpoint: MXNet-format files + JSON, atomic saves, crashes mid-save, bad
+checkpoints."""
 import json
 import os
 
@@ -9,11 +10,11 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
-from mxfp16.train import checkpoint
+from mxfp16.train.state import checkpoint
 from mxfp16.models import block_to_network
-from mxfp16.train.checkpoint import (CheckpointError, checkpoint_paths, find_checkpoint,
+from mxfp16.train.state.checkpoint import (CheckpointError, checkpoint_paths, find_checkpoint,
                                      load_checkpoint, save_checkpoint, saved_epochs)
-from mxfp16.train.resume import check_fits
+from mxfp16.train.state.resume import check_fits
 
 
 def trained_state(dtype="float16", steps=2):

@@ -21,8 +21,8 @@ import pytest
 import mxfp16
 from conftest import SCRIPTS_DIR, load_script_main
 from mxfp16.models import Network
-from mxfp16.optimizer_states import read_optimizer_states, save_optimizer_states
-from mxfp16.train import checkpoint
+from mxfp16.checkpoints.optimizer_states import read_optimizer_states, save_optimizer_states
+from mxfp16.train.state import checkpoint
 
 SCRIPT = os.path.join(SCRIPTS_DIR, "train_imagenet.py")
 #: float16, dynamic loss scaling, a small network with BatchNorm; synthetic data, 6 batches of 4.

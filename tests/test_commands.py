@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import SCRIPTS_DIR, load_script_main, write_image_folder
-from mxfp16.train.config import Cifar10Config, FineTuneConfig, TrainConfig
+from mxfp16.train.cli.config import Cifar10Config, FineTuneConfig, TrainConfig
 from mxfp16.train.data.augmentation import FINE_TUNE_RECIPE, IMAGENET_RECIPE
 from mxfp16.train.schedule import make_lr_scheduler
 

@@ -1,4 +1,4 @@
-"""mxfp16.train.launcher and scripts/launch.py: a real dist_sync job of 2 float16 workers on 127.0.0.1,
+"""mxfp16.train.launch.launcher and scripts/launch.py: a real dist_sync job of 2 float16 workers on 127.0.0.1,
 failure and timeout handling, the ssh command lines, and the script's user errors."""
 import os
 import shlex
@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from mxfp16.train import launch_plan, launcher
-from mxfp16.train.launch_plan import LaunchError, plan_processes
-from mxfp16.train.launcher import launch
+from mxfp16.train.launch import plan as launch_plan
+from mxfp16.train.launch import launcher
+from mxfp16.train.launch.plan import LaunchError, plan_processes
+from mxfp16.train.launch.launcher import launch
 
 import dist_worker
 

@@ -11,7 +11,7 @@ from mxnet import autograd, gluon
 import mxfp16.train.loop as loop
 from conftest import load_script_main, write_image_folder
 from mxfp16.models import get_network
-from mxfp16.train.gluoncv_states import reorder_states
+from mxfp16.train.cli.gluoncv_states import reorder_states
 
 SHORT = ["--num-epochs", "1", "--max-batches", "2", "--batch-size", "4", "--disp-batches", "1"]
 SMALL = ["--model", "cifar_resnet20_v1", "--image-shape", "3,32,32", "--num-classes", "4",
@@ -122,7 +122,7 @@ def next_step_weights(tmp_path, load_states):
     from mxfp16 import StaticLossScaler
     from mxfp16.models import block_to_network
     from mxfp16.train.gluon_api import GluonAPI
-    from mxfp16.train.gluoncv_states import load_gluoncv_states
+    from mxfp16.train.cli.gluoncv_states import load_gluoncv_states
     net = get_network("cifar_resnet20_v1", num_classes=4)
     net.initialize(mx.init.Xavier())
     settings = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
@@ -292,7 +292,7 @@ def test_every_flag_of_the_mxnet_example_is_recognised():
 
 
 def test_example_poly_schedule_pow2_is_the_poly_lr_mode():
-    from mxfp16.train.config import TrainConfig
+    from mxfp16.train.cli.config import TrainConfig
     parser = load_script_main("train_imagenet").__globals__["get_args_parser"]()
     config = TrainConfig(**vars(parser.parse_args(["--lr-step-epochs", "pow2"]))).checked()
     assert (config.lr_mode, config.lr_step_epochs) == ("poly", ())

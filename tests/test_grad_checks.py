@@ -4,7 +4,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from mxfp16.grad_checks import all_finite, max_magnitude, max_magnitudes
+from mxfp16.scaling.overflow import all_finite, max_magnitude, max_magnitudes
 
 CONTEXTS = [mx.cpu(0), mx.cpu(1)]
 

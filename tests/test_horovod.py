@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import SCRIPTS_DIR, horovod_missing
-from mxfp16.train.horovod_start import check_same_flags
-from mxfp16.train.launch_plan import horovodrun_argv
+from mxfp16.train.launch.horovod_start import check_same_flags
+from mxfp16.train.launch.plan import horovodrun_argv
 
 import horovod_worker
 
@@ -132,7 +132,7 @@ def test_two_trainers_each_on_its_own_prefixed_kvstore_and_not_on_a_shared_one(w
     for key in ("net0", "net1"):
         np.testing.assert_array_equal(rank0[key], rank1[key])
     assert "already serves another Trainer" in str(rank0["error"])
-    assert "kvstore=mxfp16.horovod.Horovod(prefix='discriminator.')" in str(rank0["error"])
+    assert "kvstore=mxfp16.distributed.horovod.Horovod(prefix='discriminator.')" in str(rank0["error"])
 
 
 @needs_horovod
@@ -165,7 +165,7 @@ import os, sys, time
 rank = int(os.environ["HOROVOD_RANK"])
 open(os.path.join(sys.argv[1], "pid-%d" % rank), "w").write(str(os.getpid()))
 import mxnet as mx
-import mxfp16.horovod
+import mxfp16.distributed.horovod
 kv = mx.kv.create("horovod")
 if rank == 1:
     time.sleep(300)
@@ -233,7 +233,7 @@ def test_mxnet_example_horovod_command_with_its_network_flag():
 
 
 def test_gc_type_fp16_is_horovods_and_only_horovods():
-    from mxfp16.train.config import TrainConfig
+    from mxfp16.train.cli.config import TrainConfig
     with pytest.raises(ValueError, match="--gc-type fp16 is Horovod's float16 compression"):
         TrainConfig(gc_type="fp16").checked()
     assert TrainConfig(gc_type="fp16", kv_store="horovod").checked().gc_type == "fp16"
@@ -372,7 +372,7 @@ def test_validation_counts_are_summed_over_the_ranks_before_dividing():
 
 
 def test_a_horovod_command_on_the_parameter_server_launcher_is_one_error():
-    from mxfp16.train.launch_plan import LaunchError, plan_processes
+    from mxfp16.train.launch.plan import LaunchError, plan_processes
     with pytest.raises(LaunchError, match="the command trains with --kv-store horovod, which the "
                                           "local launcher's scheduler and servers do not serve"):
         plan_processes(["python", "train.py", "--kv-store", "horovod"], 2, 1)

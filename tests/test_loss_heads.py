@@ -176,7 +176,7 @@ def test_raw_scaler_refuses_a_head_ignoring_loss():
 
 
 def count_probes(monkeypatch):
-    from mxfp16 import loss_heads
+    from mxfp16.scaling import heads as loss_heads
     calls = []
     probe = loss_heads._probe
     monkeypatch.setattr(loss_heads, "_probe", lambda *a: calls.append(1) or probe(*a))
@@ -193,7 +193,7 @@ def test_a_live_hybridized_loss_is_read_from_its_graph_without_a_probe(monkeypat
     loss_fn = SoftmaxOutputLoss()
     loss_fn.hybridize()
     net.weight.grad()[:] = 7.0
-    check = mxfp16.loss_heads.HeadCheck()
+    check = mxfp16.scaling.heads.HeadCheck()
     for _ in range(2):
         with autograd.record():
             loss = loss_fn(net(mx.nd.ones((2, 4))).reshape((2, 3, 1)), mx.nd.zeros((2, 1)))
@@ -211,7 +211,7 @@ def test_probe_of_a_block_that_is_gone_keeps_accumulated_gradients_and_runs_once
     net.hybridize()
     net.weight.grad_req = "add"
     net.weight.grad()[:] = 7.0
-    check = mxfp16.loss_heads.HeadCheck()
+    check = mxfp16.scaling.heads.HeadCheck()
     for _ in range(3):
         with autograd.record():
             loss_fn = SoftmaxOutputLoss(prefix="loss_")  # the same graph, by a new block
@@ -304,7 +304,7 @@ def test_a_head_ignoring_loss_holds_scaled_gradients_until_the_step():
         loss = mix_loss(net(x), y)
     trainer.backward(loss)
     assert trainer.scaled_with == 1024.0 and trainer.holds_scaled_gradients
-    assert mxfp16.boundary_scale.current_scale() == 1.0  # set back after the backward
+    assert mxfp16.scaling.boundary.current_scale() == 1.0  # set back after the backward
     with autograd.record():  # the network's values are its own, whatever the scale
         out = net(x)
     assert all((a == b).asnumpy().all() for a, b in zip(out, net(x)))
@@ -473,9 +473,9 @@ def test_amp_scale_loss_with_gluoncv_mix_loss():
             if use_amp:
                 with amp.scale_loss(loss, trainer) as scaled:
                     assert scaled is loss
-                    assert mxfp16.boundary_scale.current_scale() == 1024.0
+                    assert mxfp16.scaling.boundary.current_scale() == 1024.0
                     autograd.backward(scaled)
-                assert mxfp16.boundary_scale.current_scale() == 1.0
+                assert mxfp16.scaling.boundary.current_scale() == 1.0
                 assert amp.loss_scaler(trainer).loss_scale == 1024.0
             else:
                 loss.backward()
@@ -494,7 +494,7 @@ def test_amp_scale_loss_with_gluoncv_mix_loss():
 def test_ordinary_losses_are_bit_identical_with_the_boundary_factors():
     """With ``s`` at 1 the boundary multiplies by 1: the weights after three steps of an ordinary
     loss are bit for bit those of the same run with the boundary taken out."""
-    from mxfp16 import boundary_scale
+    from mxfp16.scaling import boundary as boundary_scale
 
     def plain(outputs, label):
         return gluon.loss.SoftmaxCrossEntropyLoss(axis=1)(outputs[0], label)
@@ -558,7 +558,7 @@ def test_no_cast_network_on_the_way_trains_unscaled_and_says_why(caplog):
 def test_the_factors_are_in_no_graph(tmp_path):
     """The boundary is imperative: after a boundary-scaled step the cast graphs and the exported
     float32 and float16 GPU graphs are those of before, and inference calls are not counted."""
-    from mxfp16 import boundary_scale
+    from mxfp16.scaling import boundary as boundary_scale
     net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
     net.initialize(mx.init.Xavier())
     net.hybridize()
@@ -612,7 +612,7 @@ def test_a_cast_network_inside_a_hybridized_parent_is_not_counted():
 def test_a_scale_never_stepped_does_not_reach_another_trainers_backward():
     """``trainer.scale`` holds the boundary's scale until that Trainer's next call; another
     Trainer's backward first sets it back, so its ordinary loss is scaled once."""
-    from mxfp16 import boundary_scale
+    from mxfp16.scaling import boundary as boundary_scale
     net = mxfp16.cast_block(TwoHeads(prefix="net_"), "float16")
     net.initialize(mx.init.Xavier())
     first, second = (mxfp16.Trainer(net.collect_params(), "sgd", dtype="float16",

@@ -338,7 +338,7 @@ def test_auto_start_is_the_power_of_two_of_the_aggregated_gradients(grads_per_de
 
 
 def test_recommend_loss_scale_is_exact_at_powers_of_two_and_extremes():
-    recommend = mxfp16.loss_scaling.recommend_loss_scale
+    recommend = mxfp16.scaling.scalers.recommend_loss_scale
     at_the_edge = 65504.0 / 8 / 2048  # max|g| * 2048 * 8 == 65504 exactly
     assert recommend(at_the_edge) == 2048.0
     assert recommend(np.nextafter(at_the_edge, np.inf)) == 1024.0
@@ -349,10 +349,10 @@ def test_recommend_loss_scale_is_exact_at_powers_of_two_and_extremes():
 def test_auto_start_agrees_with_the_report_recommendation():
     for max_abs in (3.0, 0.5, 1e-3, 700.0):
         scaler = DynamicLossScaler(init_scale="auto")
-        assert scaler.start_from(max_abs) == mxfp16.loss_scaling.recommend_loss_scale(max_abs)
+        assert scaler.start_from(max_abs) == mxfp16.scaling.scalers.recommend_loss_scale(max_abs)
     from mxfp16.report import underflow
-    assert underflow.recommend_loss_scale is mxfp16.loss_scaling.recommend_loss_scale
-    assert underflow.DEFAULT_HEADROOM == mxfp16.loss_scaling.DEFAULT_HEADROOM == 8.0
+    assert underflow.recommend_loss_scale is mxfp16.scaling.scalers.recommend_loss_scale
+    assert underflow.DEFAULT_HEADROOM == mxfp16.scaling.scalers.DEFAULT_HEADROOM == 8.0
 
 
 def test_auto_start_is_measured_before_clipping():
@@ -455,7 +455,7 @@ def test_auto_start_skips_no_step_and_matches_a_run_started_at_its_scale(context
     outcomes, scales, auto_values = train_on(contexts, auto, 8)
     assert outcomes == [True] * 8 and auto.num_skipped == 0
     start = scales[0]
-    assert start == mxfp16.loss_scaling.recommend_loss_scale(first_batch_max_gradient()) == 2048.0
+    assert start == mxfp16.scaling.scalers.recommend_loss_scale(first_batch_max_gradient()) == 2048.0
     fixed = DynamicLossScaler(init_scale=start, growth_interval=3)
     fixed_outcomes, fixed_scales, fixed_values = train_on(contexts, fixed, 8)
     assert (fixed_outcomes, fixed_scales) == (outcomes, scales)

@@ -14,9 +14,11 @@ import mxfp16
 from conftest import PoisonedIter, load_script_main
 from mxfp16 import mxnet_internals
 from mxfp16.models import new_network
-from mxfp16.optimizer_states import read_optimizer_states
-from mxfp16.train import checkpoint, config, loop, runner
-from mxfp16.train.config import TrainConfig, device_line
+from mxfp16.checkpoints.optimizer_states import read_optimizer_states
+from mxfp16.train import loop, runner
+from mxfp16.train.state import checkpoint
+from mxfp16.train.cli import config
+from mxfp16.train.cli.config import TrainConfig, device_line
 from mxfp16.train.gluon_api import GluonAPI
 from mxfp16.train.module_api import ModuleAPI
 

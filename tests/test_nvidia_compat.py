@@ -1,8 +1,8 @@
-"""NVIDIA's MXNet ResNet-50 flags (mxfp16.train.nvidia_compat): what each becomes, and one error line
+"""NVIDIA's MXNet ResNet-50 flags (mxfp16.train.cli.nvidia_compat): what each becomes, and one error line
 for what cannot be honoured.  The runner's full command under Horovod is in tests/test_horovod.py."""
 import pytest
 
-from mxfp16.train.config import TrainConfig
+from mxfp16.train.cli.config import TrainConfig
 
 
 def checked(**settings):

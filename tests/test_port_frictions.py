@@ -113,7 +113,7 @@ def test_gluons_clip_global_norm_on_float16_gradients_has_a_drop_in():
     expected = np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads))
     norm = mxfp16.clip_global_norm(grads, 0.5)
     assert norm == pytest.approx(expected, rel=1e-6)
-    clipped = mxfp16.clipping.global_norm(grads).asscalar()
+    clipped = mxfp16.scaling.clipping.global_norm(grads).asscalar()
     assert clipped == pytest.approx(0.5, rel=2e-3)  # each float16 value rounded once
     # gluon.utils.clip_global_norm fails here: "dot only supports float32/float64 for CPU" (an
     # asynchronous error, which MXNet would raise again in later tests).
@@ -129,11 +129,11 @@ def test_gluonnlps_clip_grad_global_norm_manual_form_has_a_drop_in():
     with pytest.raises(RuntimeError, match=r"hold the loss scale \(1024\).*allreduce_grads"):
         mxfp16.clip_grad_global_norm(params, 0.5)
     trainer.allreduce_grads()  # divides the loss scale out
-    unscaled = mxfp16.clipping.global_norm([p.grad() for p in params]).asscalar()
+    unscaled = mxfp16.scaling.clipping.global_norm([p.grad() for p in params]).asscalar()
     norm = mxfp16.clip_grad_global_norm(params, 0.5)
     assert norm.dtype == np.float32 and norm.asscalar() == pytest.approx(unscaled, rel=1e-6)
     assert unscaled > 1.0
-    assert mxfp16.clipping.global_norm([p.grad() for p in params]).asscalar() == \
+    assert mxfp16.scaling.clipping.global_norm([p.grad() for p in params]).asscalar() == \
         pytest.approx(0.5, rel=2e-3)
     assert trainer.update(2)
     with pytest.raises(mx.base.MXNetError, match="requires uniform type"):  # what it replaces

@@ -15,7 +15,8 @@ import mxnet as mx
 import pytest
 
 from conftest import SCRIPTS_DIR, load_script_main
-from mxfp16.train import checkpoint, logs
+from mxfp16.train import logs
+from mxfp16.train.state import checkpoint
 from mxfp16.train.gluon_api import GluonAPI
 
 #: float16 with the default dynamic loss scale, a network with BatchNorm; 2 epochs.

@@ -9,8 +9,8 @@ import mxnet as mx
 import pytest
 
 from conftest import load_script_main, write_image_folder
-from mxfp16.train import checkpoint
-from mxfp16.train.config import TrainConfig, contexts
+from mxfp16.train.state import checkpoint
+from mxfp16.train.cli.config import TrainConfig, contexts
 
 #: A float16 run that learns the colour classes (chance: 25%) in five epochs: top-1 0.75 to 1.0
 #: with seeds 0 to 3, for both APIs.

@@ -16,7 +16,7 @@ functions keep their names and arguments.  Behind them:
   step is skipped everywhere (see :mod:`.scaling`); its state rides in ``trainer.save_states``;
 * ``gluon.utils.clip_global_norm`` and ``nlp.utils.clip_grad_global_norm``, unchanged, clip the
   float16 and float32 gradients and compare the true norm with ``max_norm`` while the gradients
-  still hold the loss scale (see :mod:`mxfp16.clipping`);
+  still hold the loss scale (see :mod:`mxfp16.scaling.clipping`);
 * ``amp.reset()`` undoes ``init()``: no state outlives it.
 
 Examples

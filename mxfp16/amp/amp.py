@@ -14,7 +14,7 @@ True
 import contextlib
 import logging
 
-from .. import clipping as _clipping
+from ..scaling import clipping as _clipping
 from . import session as _session
 from .convert import (convert_bucketing_module, convert_hybrid_block, convert_model,
                       convert_symbol)
@@ -37,7 +37,7 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
 
     Unlike MXNet AMP it may come before or after the network is built: the cast happens at the
     network's first call after ``init_trainer``.  It also routes ``gluon.utils.clip_global_norm``
-    and ``gluonnlp.utils.clip_grad_global_norm`` through :mod:`mxfp16.clipping` (float16 and
+    and ``gluonnlp.utils.clip_grad_global_norm`` through :mod:`mxfp16.scaling.clipping` (float16 and
     mixed gradients; the true norm compared with ``max_norm`` while the gradients hold the loss
     scale, unless the script read ``trainer._amp_loss_scaler.loss_scale`` in the step); float32
     calls still reach the originals, and :func:`reset` restores them.

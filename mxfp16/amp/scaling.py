@@ -14,10 +14,11 @@ import logging
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import clipping, mxnet_internals
-from ..grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
-from ..loss_heads import HeadScaling
-from ..loss_scaling import LossScaler, make_loss_scaler
+from .. import mxnet_internals
+from ..scaling import clipping
+from ..scaling.overflow import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
+from ..scaling.heads import HeadScaling
+from ..scaling.scalers import LossScaler, make_loss_scaler
 from ..master_weights import check_optimizer
 from ..optimizers import check_updates_on_workers, rescale_grad, restore_multi_precision
 from ..trainer import SCALER_STATE_ATTRIBUTE
@@ -64,7 +65,7 @@ class TrainerScaling:
         return self.scaler.loss_scale
 
     def clip_scale(self):
-        """What the clipping functions of :mod:`mxfp16.clipping` need to know of this step's
+        """What the clipping functions of :mod:`mxfp16.scaling.clipping` need to know of this step's
         gradients: None if they are true ones (no scale, or ``unscale`` divided it out), else the
         scale they carry and whether ``max_norm`` is in scaled units (the script read
         :attr:`loss_scale` since the last update)."""

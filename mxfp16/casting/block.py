@@ -9,10 +9,11 @@ import warnings
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import boundary_scale, mxnet_internals
+from .. import mxnet_internals
+from ..scaling import boundary as boundary_scale
 from ..dtypes import LOSS_HEADS
-from ..grad_checks import all_finite
-from ..loss_heads import symbol_ops
+from ..scaling.overflow import all_finite
+from ..scaling.heads import symbol_ops
 from ..optimizers import master_copies
 from . import deploy
 from .signature import call_structure, describe_call, is_plain_call
@@ -60,7 +61,7 @@ class CastBlock(gluon.SymbolBlock):
       reads float32 or float16 files, with those names or the parameters' own.
     * A float16 network warns once if an output in inference mode holds inf or NaN.
     * While autograd records, its float inputs and outputs pass through the loss-scale factors of
-      :mod:`mxfp16.boundary_scale` (times 1, unless a Trainer back-propagates a loss that ignores
+      :mod:`mxfp16.scaling.boundary` (times 1, unless a Trainer back-propagates a loss that ignores
       its head gradient), added at call time: no graph holds them.
     * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
       weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
@@ -152,7 +153,7 @@ class CastBlock(gluon.SymbolBlock):
         if not autograd.is_recording() or _symbolic((x,) + args):
             return self._forward((x,) + args)
         # The loss scale of a loss that ignores its head gradient enters here (see
-        # mxfp16.boundary_scale): values unchanged, gradients times 1 unless a Trainer sets it.
+        # mxfp16.scaling.boundary): values unchanged, gradients times 1 unless a Trainer sets it.
         out = self._forward(boundary_scale.scale_inputs((x,) + args))
         boundary_scale.note_call(self, self._holds_loss_head())
         return boundary_scale.scale_outputs(out)

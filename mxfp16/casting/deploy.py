@@ -23,7 +23,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from .. import mxnet_internals
-from ..atomic_files import StagedFiles
+from ..checkpoints.atomic import StagedFiles
 from ..optimizers import master_copies
 from . import fastround
 from .graph import GraphRewriter, internal_dtypes, strip

@@ -13,7 +13,7 @@ batches: at loss scale 1, then at the recommended scale; the histograms are of t
 (multiplied by the loss scale).  "Underflow" counts the nonzero values below 2**-24, the paper's
 threshold (strictly, round-to-nearest sends values above 2**-25 to 2**-24 rather than to 0).
 
-The recommended scale is :func:`mxfp16.loss_scaling.recommend_loss_scale`, the rule a
+The recommended scale is :func:`mxfp16.scaling.scalers.recommend_loss_scale`, the rule a
 ``DynamicLossScaler(init_scale='auto')`` starts from, with the same default headroom.
 
 Cost: the probes roughly triple the activation memory of the CPU run (ResNet-50 at batch 8, 224x224:
@@ -27,7 +27,7 @@ from mxnet import autograd, gluon
 
 from ..casting import cast_block, cast_symbol
 from ..casting.graph import internal_dtypes
-from ..loss_scaling import DEFAULT_HEADROOM, FLOAT16_MAX, StaticLossScaler, recommend_loss_scale
+from ..scaling.scalers import DEFAULT_HEADROOM, FLOAT16_MAX, StaticLossScaler, recommend_loss_scale
 from ..optimizers import make_trainer
 from .probes import add_gradient_probes
 

@@ -26,8 +26,8 @@ import mxnet as mx
 from ..casting.graph import strip
 from ..dtypes import check_dtype
 from ..models import DATA_INPUT, Network, block_to_network, get_network, load_mxnet_checkpoint
-from .checkpoint import load_checkpoint
-from .config import _check_gpus_found, contexts, gpu_ids
+from .state.checkpoint import load_checkpoint
+from .cli.config import _check_gpus_found, contexts, gpu_ids
 from .data import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, folder_iters, record_iter, synthetic_iter
 from .gluon_api import gluon_network
 from .metrics import Accuracy

@@ -15,7 +15,7 @@ import mxnet as mx
 
 from ..models import (DATA_INPUT, MXNET_ZOO_MODELS, Network, block_to_network, checkpoint_files,
                       default_initializer, get_network, load_mxnet_checkpoint, mxnet_zoo_checkpoint)
-from .checkpoint import CheckpointError, check_finite, verify_mxnet_files
+from .state.checkpoint import CheckpointError, check_finite, verify_mxnet_files
 from .loop import train
 
 log = logging.getLogger("mxfp16.train")
@@ -43,7 +43,7 @@ def checkpoint_network(prefix, epoch):
 
     Raises
     ------
-    mxfp16.train.checkpoint.CheckpointError
+    mxfp16.train.state.checkpoint.CheckpointError
         If the files are missing or unreadable.
     """
     verify_mxnet_files(prefix, epoch)
@@ -163,7 +163,7 @@ def pretrained_network(config):
 
 
 def fine_tune(config, metrics_path=None):
-    """Fine-tune the pretrained network a checked :class:`~mxfp16.train.config.FineTuneConfig` names.
+    """Fine-tune the pretrained network a checked :class:`~mxfp16.train.cli.config.FineTuneConfig` names.
 
     The backbone (every parameter but the new classifier's) is frozen with
     ``config.freeze_backbone``, else trained at ``config.lr_mult`` times the learning rate.

@@ -11,7 +11,8 @@ import functools
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals, optimizer_states
+from .. import mxnet_internals
+from ..checkpoints import optimizer_states
 from ..casting import cast_block
 from ..casting.deploy import float32_value
 from ..models import DATA_INPUT, block_to_network
@@ -73,7 +74,7 @@ def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
 
 def load_trainer_states(trainer, states_path, allow_pickle=False):
     """Load a checkpoint's optimizer state into ``trainer``
-    (:func:`mxfp16.optimizer_states.load_trainer_states`; a pickled file only with
+    (:func:`mxfp16.checkpoints.optimizer_states.load_trainer_states`; a pickled file only with
     ``allow_pickle``), keeping the settings of :data:`COMMAND_LINE_SETTINGS`.
 
     The checkpoint restores the optimizer state and the update count (the schedule's position), on

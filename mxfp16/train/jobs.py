@@ -7,8 +7,8 @@ import mxnet as mx
 
 from ..models import block_to_network, get_network
 from .data import load_data
-from .checkpoint import check_finite
-from .compat import mxnet_checkpoint_start
+from .state.checkpoint import check_finite
+from .cli.compat import mxnet_checkpoint_start
 from .finetune import checkpoint_network, fine_tune
 from .loop import data_settings, train
 

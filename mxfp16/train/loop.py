@@ -1,4 +1,4 @@
-"""The training loop of both APIs: ``train`` runs a whole :class:`~mxfp16.train.config.TrainConfig`.
+"""The training loop of both APIs: ``train`` runs a whole :class:`~mxfp16.train.cli.config.TrainConfig`.
 
 One loop serves Gluon and Module.  What differs between them — forward, backward and update,
 prediction, the state a checkpoint saves — sits behind the small classes
@@ -18,23 +18,23 @@ import random
 import mxnet as mx
 import numpy as np
 
-from ..horovod import is_horovod, rank_devices
-from ..kvstore import make_kvstore
-from ..loss_scaling import make_loss_scaler
+from ..distributed.horovod import is_horovod, rank_devices
+from ..distributed.kvstore import make_kvstore
+from ..scaling.scalers import make_loss_scaler
 from ..models import new_network
-from ..preemption import StopRequest
-from .checkpoint import remove_mid_epoch_checkpoints, save_checkpoint
-from .resume import StartPoint, resume_run
-from .compat import worker_profile
-from .config import IMAGENET_TRAIN_IMAGES, contexts
+from ..checkpoints.preemption import StopRequest
+from .state.checkpoint import remove_mid_epoch_checkpoints, save_checkpoint
+from .state.resume import StartPoint, resume_run
+from .cli.compat import worker_profile
+from .cli.config import IMAGENET_TRAIN_IMAGES, contexts
 from .data import load_data
 from .gluon_api import GluonAPI
-from .gluoncv_states import load_gluoncv_states
+from .cli.gluoncv_states import load_gluoncv_states
 from .logs import EpochMeter, MetricsLog, epoch_line
 from .metrics import Accuracy, make_targets, mixup_data
 from .module_api import ModuleAPI
 from .monitor import ParameterMonitor
-from .prefix import claim_prefix, claims_early, log_removed
+from .state.prefix import claim_prefix, claims_early, log_removed
 from .progress import Checkpointer, SavePolicy, seed_batch, skip_batches, stop_vote
 from .schedule import next_learning_rate, optimizer_params
 
@@ -152,8 +152,8 @@ def evaluate(api, val_data, *, top_k, num_classes, reduce=None, stop=None):
 
     ``reduce`` sums ``[top-1 hits, top-k hits, samples]`` over the ranks of a Horovod job whose
     ranks each validate their shard (every rank calls it, once).  ``stop`` (a
-    :class:`~mxfp16.preemption.StopRequest`) abandons the evaluation at the next batch once a signal
-    arrived: it returns None then.
+    :class:`~mxfp16.checkpoints.preemption.StopRequest`) abandons the evaluation at the next batch
+    once a signal arrived: it returns None then.
 
     Examples
     --------
@@ -269,7 +269,7 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
 
 def checkpoint_saver(prefix, scaler, config_dict, **static_meta):
     """A function ``save(epochs_done, record, network, save_states, batch=0, progress=None)`` that
-    writes a checkpoint under ``prefix`` with :func:`mxfp16.train.checkpoint.save_checkpoint` (the
+    writes a checkpoint under ``prefix`` with :func:`mxfp16.train.state.checkpoint.save_checkpoint` (the
     network, the optimizer state, the scaler's state, the update count, the learning rate, the
     record, the configuration, ``static_meta`` and, mid-epoch, the partial epoch's statistics),
     removes the mid-epoch checkpoints before it, and returns its name."""
@@ -352,7 +352,7 @@ def _epoch_settings(config, num_workers):
 
 def _start_point(config, network, scaler, per_epoch, states_order, num_workers,
                  batches_per_epoch):
-    """The network and :class:`~mxfp16.train.resume.StartPoint` of the run: a checkpoint's
+    """The network and :class:`~mxfp16.train.state.resume.StartPoint` of the run: a checkpoint's
     (``--resume``), GluonCV's files and ``--resume-epoch`` or an MXNet example checkpoint's epoch,
     else the start of training."""
     network, start = resume_run(config.resume, network, scaler, api=config.api, dtype=config.dtype,
@@ -377,7 +377,7 @@ def _log_run(config, data, ctx, num_workers, per_epoch, reason):
 
 
 def train(config, network=None, metrics_path=None, states_order=None):
-    """Run the training a checked :class:`~mxfp16.train.config.TrainConfig` describes.
+    """Run the training a checked :class:`~mxfp16.train.cli.config.TrainConfig` describes.
 
     Parameters
     ----------

@@ -19,7 +19,7 @@ from ..casting import cast_symbol
 from ..casting.params import cast_params
 from ..models import Network
 from ..module import init_optimizer, make_scaled_module, module_step
-from ..optimizer_states import is_pickle_file, read_optimizer_states, save_optimizer_states
+from ..checkpoints.optimizer_states import is_pickle_file, read_optimizer_states, save_optimizer_states
 from ..optimizers import NO_WD_SUFFIXES, make_optimizer, master_weight
 from .data import DATA_NAME, LABEL_NAME
 
@@ -108,7 +108,7 @@ def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore
 
 def save_module_states(module, path, *, num_devices):
     """Write a Module's optimizer state, without pickle
-    (:func:`mxfp16.optimizer_states.save_optimizer_states`), as a one-device Module holds it: one
+    (:func:`mxfp16.checkpoints.optimizer_states.save_optimizer_states`), as a one-device Module holds it: one
     entry per parameter (the first device's), so the checkpoint loads onto any number of devices.
 
     MXNet's ``save_optimizer_states`` keys the state by ``param_index * num_devices + device``.

@@ -161,7 +161,7 @@ class Checkpointer:
     save : callable or None
         ``save(epoch, batch, meter_state) -> checkpoint name``; None where nothing is saved (no
         ``--model-prefix``, or a worker other than rank 0).
-    stop : mxfp16.preemption.StopRequest or None
+    stop : mxfp16.checkpoints.preemption.StopRequest or None
     policy : SavePolicy
     batches_per_epoch : int
         For counting batches over the run.
@@ -230,7 +230,7 @@ def stop_vote(kvstore, num_workers):
     """
     if num_workers < 2 or isinstance(kvstore, str):
         return None
-    if hasattr(kvstore, "allreduce_values"):  # mxfp16.horovod.Horovod
+    if hasattr(kvstore, "allreduce_values"):  # mxfp16.distributed.horovod.Horovod
         return lambda flag: bool(kvstore.allreduce_values("stop", [float(flag)])[0] > 0)
     for key in STOP_VOTE_KEYS:
         try:

@@ -9,12 +9,12 @@ import logging
 import os
 import sys
 
-from ..horovod import HorovodUnavailable
-from ..loss_scaling import LossScaleCollapse
-from .config import contexts, device_line
-from .horovod_start import check_not_under_horovodrun, start_horovod
+from ..distributed.horovod import HorovodUnavailable
+from ..scaling.scalers import LossScaleCollapse
+from .cli.config import contexts, device_line
+from .launch.horovod_start import check_not_under_horovodrun, start_horovod
 from .logs import format_value, run_files, run_logging
-from .prefix import check_log_file, claim_prefix, claims_early, log_removed
+from .state.prefix import check_log_file, claim_prefix, claims_early, log_removed
 from .progress import TrainingStopped, resume_command, stopped_line
 
 log = logging.getLogger("mxfp16.train")
@@ -110,7 +110,7 @@ def run_job(parser, config_type, job, argv=None):
     parser : argparse.ArgumentParser
         The script's parser (its usage errors exit 2 with one line).
     config_type : type
-        A config dataclass (:class:`mxfp16.train.config.TrainConfig` or ``FineTuneConfig``) built from the
+        A config dataclass (:class:`mxfp16.train.cli.config.TrainConfig` or ``FineTuneConfig``) built from the
         parsed flags and checked with its ``checked()``.
     job : callable
         ``job(config, metrics_path=...) -> record``, the run itself (``mxfp16.train.loop.train``,

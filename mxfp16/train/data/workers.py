@@ -18,7 +18,7 @@ import threading
 
 from mxnet import gluon
 
-from ...preemption import STOP_SIGNALS
+from ...checkpoints.preemption import STOP_SIGNALS
 
 __all__ = ["WorkerLoader"]
 

@@ -1,6 +1,6 @@
 """The settings of loss scaling, checked: ``--loss-scale`` forms, ``init_scale``, growth, bounds.
 
-:mod:`mxfp16.loss_scaling` builds its scalers from what these functions accept; every error names
+:mod:`mxfp16.scaling.scalers` builds its scalers from what these functions accept; every error names
 the value received, the accepted values and the fix.
 """
 import math

@@ -1,15 +1,15 @@
 """The flags of MXNet's example/image-classification and GluonCV's train_imagenet.py that mxfp16's
-own flags do not already spell (those are aliases in :mod:`mxfp16.train.flags`: ``--model``,
+own flags do not already spell (those are aliases in :mod:`mxfp16.train.cli.flags`: ``--model``,
 ``--rec-train``, ``-j``, ``--momentum``, ``--lr-decay``, ...).
 
-:mod:`mxfp16.train.compat` gives each its meaning in the tool it came from.  Where GluonCV's
+:mod:`mxfp16.train.cli.compat` gives each its meaning in the tool it came from.  Where GluonCV's
 default differs from mxfp16's, a GluonCV command keeps GluonCV's meaning for the flags it passes
 only; docs/guide.md lists the defaults that differ.
 """
 import argparse
 
 from .compat import INITIALIZERS, MODES
-from .data.augmentation import IMAGENET_RECIPE
+from ..data.augmentation import IMAGENET_RECIPE
 from .nvidia_compat import add_nvidia_arguments
 
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from ..dtypes import check_dtype
-from ..kvstore import KVSTORE_TYPES
-from ..models import DEFAULT_MODEL_ROOT, MXNET_ZOO_MODELS
-from ..optimizer_states import PICKLE_RISK, is_pickle_file
-from ..optimizers import check_optimizer
+from ...dtypes import check_dtype
+from ...distributed.kvstore import KVSTORE_TYPES
+from ...models import DEFAULT_MODEL_ROOT, MXNET_ZOO_MODELS
+from ...checkpoints.optimizer_states import PICKLE_RISK, is_pickle_file
+from ...optimizers import check_optimizer
 from .compat import augmentation, network_settings, resolve_commands
-from .data.augmentation import CIFAR_RECIPE, FINE_TUNE_RECIPE, IMAGENET_RECIPE
-from .data.base import CROP_RATIO, resize_size
-from .schedule import LR_MODES
+from ..data.augmentation import CIFAR_RECIPE, FINE_TUNE_RECIPE, IMAGENET_RECIPE
+from ..data.base import CROP_RATIO, resize_size
+from ..schedule import LR_MODES
 
 #: The two MXNet APIs a run can train with (``--api``).
 API_CHOICES = ("gluon", "module")
@@ -95,7 +95,7 @@ class TrainConfig:
     log_file: str = None
     allow_pickle: bool = False
     skip_bad_images: bool = False
-    # MXNet example's and GluonCV's flags (see mxfp16.train.compat and flags_compat).
+    # MXNet example's and GluonCV's flags (see mxfp16.train.cli.compat and flags_compat).
     num_layers: int = None
     batch_norm: bool = False
     use_se: bool = False
@@ -130,7 +130,7 @@ class TrainConfig:
     use_imagenet_data_augmentation: int = 0
     use_python_iter: int = 0
     use_gpu_augmenter: int = 0
-    # NVIDIA's MXNet ResNet-50 flags (mxfp16.train.nvidia_compat).
+    # NVIDIA's MXNet ResNet-50 flags (mxfp16.train.cli.nvidia_compat).
     arch: str = None
     fuse_bn_relu: int = 0
     fuse_bn_add_relu: int = 0

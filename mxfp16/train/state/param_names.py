@@ -13,7 +13,7 @@ import re
 
 import mxnet as mx
 
-from ..models import DATA_INPUT, Network
+from ...models import DATA_INPUT, Network
 
 #: A Gluon name-scope prefix: the block's class name in lower case, its count, ``_``
 #: (``resnetv10_``, ``se_resnetv10_``, ``mobilenetv20_``).

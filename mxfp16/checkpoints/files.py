@@ -2,7 +2,7 @@
 writer per prefix (an OS file lock), no stale temporary files, a folder known to be writable, and
 no parameter that is not finite.
 
-The training scripts' checkpoints (:mod:`mxfp16.train.checkpoint`) and
+The training scripts' checkpoints (:mod:`mxfp16.train.state.checkpoint`) and
 :func:`mxfp16.save_training_state` share these helpers: a marker (JSON) file records the SHA-256 of
 each file of its checkpoint, and loading recomputes them, so a file damaged after it was written
 (same size or not) is found before anything is trained on it.
@@ -20,7 +20,7 @@ __all__ = ["sha256_file", "damaged_files", "seal", "seal_broken", "PrefixLock", 
            "remove_stale_temporaries", "write_failure_cause",
            "check_writable", "non_finite_name"]
 
-#: The suffix :class:`mxfp16.atomic_files.StagedFiles` gives a file being written (and its PID).
+#: The suffix :class:`mxfp16.checkpoints.atomic.StagedFiles` gives a file being written (and its PID).
 TEMPORARY_SUFFIX = ".tmp-"
 
 _CHUNK = 1 << 22

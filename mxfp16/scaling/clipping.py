@@ -30,8 +30,8 @@ from typing import NamedTuple
 import mxnet as mx
 import numpy as np
 
-from . import mxnet_internals
-from .grad_checks import flat_trainer_grads
+from .. import mxnet_internals
+from .overflow import flat_trainer_grads
 
 __all__ = ["global_norm", "clip_global_norm", "clip_grad_global_norm", "HeldScale", "watch",
            "route", "unroute"]

@@ -7,12 +7,12 @@ import os
 
 import mxnet as mx
 
-from . import mxnet_internals
+from .. import mxnet_internals
 from .horovod import Horovod, is_horovod
 
 #: kvstores that aggregate gradients before the update, as loss scaling needs (asynchronous
 #: ``dist_async`` updates each worker's gradients separately on the servers).  ``horovod`` is
-#: :class:`mxfp16.horovod.Horovod`: one process per device started by horovodrun or mpirun.
+#: :class:`mxfp16.distributed.horovod.Horovod`: one process per device started by horovodrun or mpirun.
 KVSTORE_TYPES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "horovod")
 
 
@@ -27,7 +27,7 @@ def make_kvstore(kv_store):
     ValueError
         For a distributed kvstore outside a distributed job (no ``DMLC_ROLE``), where MXNet would
         wait for a scheduler forever.
-    mxfp16.horovod.HorovodUnavailable
+    mxfp16.distributed.horovod.HorovodUnavailable
         (an ImportError) for ``horovod`` without a Horovod built for MXNet, saying how to install it.
 
     Examples
@@ -97,7 +97,7 @@ def sync_if_horovod(trainer, kvstore):
     first forward pass then runs on the same weights.  Left to the first step, the broadcast would
     come after each rank's first backward, on its own initial weights.  Other kvstores wait for
     the first step (see :func:`sync_initial_weights`).  A Horovod kvstore serves one Trainer
-    (:meth:`mxfp16.horovod.Horovod.attach`).
+    (:meth:`mxfp16.distributed.horovod.Horovod.attach`).
     """
     if is_horovod(kvstore):
         kvstore.attach(trainer)

@@ -11,7 +11,7 @@ Trainers (a GAN's two), as ``PREFIX-SSSSSSSS`` (the step, 8 digits):
   (``block.save_parameters``; a :func:`mxfp16.cast_block` network writes its master weights);
 * ``PREFIX-00000120.trainer0.states``, ...: each Trainer's optimizer state (and an
   :class:`mxfp16.Trainer`'s loss scaler) as arrays plus JSON, never a pickle
-  (:func:`mxfp16.optimizer_states.save_trainer_states`): reading it cannot run code;
+  (:func:`mxfp16.checkpoints.optimizer_states.save_trainer_states`): reading it cannot run code;
 * ``PREFIX-00000120.json``: the step, your ``extra`` values (epoch, batch, metrics: anything
   JSON-ready), Python's and numpy's global random states, and the other files' sizes and SHA-256.
 
@@ -64,8 +64,8 @@ from dataclasses import dataclass
 import mxnet as mx
 import numpy as np
 
-from .atomic_files import StagedFiles
-from .checkpoint_files import (damaged_files, non_finite_name, remove_stale_temporaries, seal,
+from .atomic import StagedFiles
+from .files import (damaged_files, non_finite_name, remove_stale_temporaries, seal,
                                seal_broken)
 from .optimizer_states import PICKLE_RISK, is_pickle_file, load_trainer_states, save_trainer_states
 

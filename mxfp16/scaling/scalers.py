@@ -13,15 +13,15 @@ import math
 
 import mxnet as mx
 
-from . import mxnet_internals
-from .grad_checks import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
-from .kvstore import sync_initial_weights
-from .loss_heads import visible_head_ignoring_ops
+from .. import mxnet_internals
+from .overflow import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
+from ..distributed.kvstore import sync_initial_weights
+from .heads import visible_head_ignoring_ops
 # recommend_loss_scale and its constants live with the settings; they are imported from here too.
-from .loss_scale_settings import (CLASSIC_INIT_SCALE, DEFAULT_HEADROOM, FLOAT16_MAX,  # noqa: F401
+from .settings import (CLASSIC_INIT_SCALE, DEFAULT_HEADROOM, FLOAT16_MAX,  # noqa: F401
                                   MAX_LOSS_SCALE, check_dynamic_settings, check_positive,
                                   check_whole, is_auto, parse_loss_scale, recommend_loss_scale)
-from .optimizers import check_updates_on_workers
+from ..optimizers import check_updates_on_workers
 
 class LossScaleCollapse(RuntimeError):
     """Raised when steps keep overflowing at the minimum loss scale: training cannot recover."""
@@ -31,7 +31,7 @@ def _first_step_setup(trainer):
     """Before a Trainer's first gradient exchange, give every worker rank 0's weights.
 
     Left to the Trainer, a distributed kvstore may hand a worker the first summed gradients as its
-    weights (see :func:`mxfp16.kvstore.sync_initial_weights`).
+    weights (see :func:`mxfp16.distributed.kvstore.sync_initial_weights`).
     """
     if not mxnet_internals.trainer_kvstore_ready(trainer):
         sync_initial_weights(trainer)

@@ -6,10 +6,10 @@ The checkpoint of epoch ``N`` (``N`` epochs done) under ``PREFIX`` is four files
 * ``PREFIX-NNNN.params``: float32 parameters named ``arg:...`` / ``aux:...``, so the pair is an
   ordinary MXNet checkpoint (``mx.model.load_checkpoint``, ``SymbolBlock.imports``) whatever the
   training dtype, and ``get_model(name, classes=N).load_parameters`` loads it too (the names are
-  relative to the zoo network's name scope: :mod:`mxfp16.train.param_names`); float16 training
+  relative to the zoo network's name scope: :mod:`mxfp16.train.state.param_names`); float16 training
   stores the optimizer's float32 master weights, the values its float16 weights are rounded from;
 * ``PREFIX-NNNN.states``: the optimizer state as arrays plus JSON, never a pickle
-  (:mod:`mxfp16.optimizer_states`): it cannot run code when it is read;
+  (:mod:`mxfp16.checkpoints.optimizer_states`): it cannot run code when it is read;
 * ``PREFIX-NNNN.json``: epoch, update count, learning rate, loss-scaler state (under
   ``LossScaler.state_dict_key``), metrics, the resolved configuration, and the size and SHA-256 of
   each of the other files.
@@ -43,11 +43,11 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from ..atomic_files import StagedFiles
-from ..checkpoint_files import (damaged_files, non_finite_name, seal, seal_broken,
+from ...checkpoints.atomic import StagedFiles
+from ...checkpoints.files import (damaged_files, non_finite_name, seal, seal_broken,
                                 write_failure_cause)
-from ..models import Network
-from ..optimizer_states import is_pickle_file
+from ...models import Network
+from ...checkpoints.optimizer_states import is_pickle_file
 from .param_names import relative_names, with_prefix
 
 #: Written into every JSON file, checked when loading.
@@ -433,7 +433,7 @@ def load_checkpoint(spec):
     >>> fc = mx.sym.FullyConnected(mx.sym.var('data'), num_hidden=2, name='fc')
     >>> network = Network(fc, {'fc_weight': mx.nd.ones((2, 3)), 'fc_bias': mx.nd.zeros(2)}, {})
     >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
-    >>> from mxfp16.optimizer_states import save_optimizer_states
+    >>> from mxfp16.checkpoints.optimizer_states import save_optimizer_states
     >>> def save_states(path):  # e.g. functools.partial(save_trainer_states, trainer)
     ...     save_optimizer_states(path, {})
     >>> for epoch in (1, 2):

@@ -14,11 +14,11 @@ import os
 
 import mxnet as mx
 
-from ..models import resolve_network_name
-from .data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
+from ...models import resolve_network_name
+from ..data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
 from .gluoncv_states import read_states
 from .nvidia_compat import resolve_nvidia_flags
-from .schedule import POLY_POWER
+from ..schedule import POLY_POWER
 
 log = logging.getLogger("mxfp16.train")
 
@@ -322,7 +322,7 @@ def resolve_commands(config, fine_tuning=False):
 
     Parameters
     ----------
-    config : mxfp16.train.config.TrainConfig
+    config : mxfp16.train.cli.config.TrainConfig
     fine_tuning : bool
         ``--load-epoch`` belongs to ``--pretrained-model`` (fine_tune.py), not to a resume.
 

@@ -46,7 +46,7 @@ aggregates on the servers and updates on each worker: the gradients a worker get
 *sums* over the workers, so pass the global batch, ``batch_size * kv.num_workers``, to
 ``scaler.step`` / ``trainer.step``.  The Trainer sends rank 0's weights to every worker at its first
 step, after that step's forward and backward, and that broadcast races with the first gradient
-push: mxfp16's loss scalers call :func:`mxfp16.kvstore.sync_initial_weights` at a Trainer's first
+push: mxfp16's loss scalers call :func:`mxfp16.distributed.kvstore.sync_initial_weights` at a Trainer's first
 step (call it yourself before a bare ``trainer.step``), and initialise alike on every worker (same
 seed).  A loss scaler's skip decision is then the same on every worker (tests/test_distributed.py
 checks all of this on a real job).
@@ -76,7 +76,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .launch_plan import (LaunchError, LaunchTimeout, ProcessSpec, check_job, default_root_uri,
+from .plan import (LaunchError, LaunchTimeout, ProcessSpec, check_job, default_root_uri,
                           free_port, plan_processes)
 
 log = logging.getLogger(__name__)

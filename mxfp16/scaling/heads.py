@@ -33,8 +33,9 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from . import boundary_scale, mxnet_internals
-from .dtypes import LOSS_HEADS
+from .. import mxnet_internals
+from . import boundary as boundary_scale
+from ..dtypes import LOSS_HEADS
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,7 @@ class HeadCheck:
         return self._answers[key]
 
 
-#: What each case of :func:`mxfp16.boundary_scale.where_scale_goes` means, for the log.
+#: What each case of :func:`mxfp16.scaling.boundary.where_scale_goes` means, for the log.
 _WHERE = {
     boundary_scale.SCALED_AT_BOUNDARY: (
         logging.INFO,
@@ -231,7 +232,7 @@ _WHERE = {
 
 def describe(ops, where=boundary_scale.NO_CAST_NETWORK):
     """``(level, sentence)`` a Trainer logs (once per case) when a loss ignores its head gradient,
-    for ``where`` the scale goes (:func:`mxfp16.boundary_scale.where_scale_goes`)."""
+    for ``where`` the scale goes (:func:`mxfp16.scaling.boundary.where_scale_goes`)."""
     level, what = _WHERE[where]
     return level, (f"the loss passes through {', '.join(ops)}, whose backward ignores the head "
                    "gradient (GluonCV's segmentation losses are built on SoftmaxOutput), so a "
@@ -243,7 +244,7 @@ class HeadScaling:
 
     ``'head'``: through the loss (its head gradient), as for any loss; ``'boundary'``: the loss
     passes through a head-ignoring op, and the scale enters at the cast networks' boundary
-    (a :class:`mxfp16.boundary_scale.ScaledBackward` is pending until :meth:`finish`);
+    (a :class:`mxfp16.scaling.boundary.ScaledBackward` is pending until :meth:`finish`);
     ``'none'``: it cannot, the backward runs unscaled.  Logged once per case.
 
     Parameters

@@ -1,13 +1,13 @@
 """The start of a ``--kv-store horovod`` run: Horovod up, its size said in the first log line, every
 rank's flags checked against rank 0's, logs and the summary from rank 0 only.
 
-Training itself needs nothing here: :func:`mxfp16.kvstore.make_kvstore` returns the
-:class:`mxfp16.horovod.Horovod` kvstore, and the loop shards the data by its rank and saves from
+Training itself needs nothing here: :func:`mxfp16.distributed.kvstore.make_kvstore` returns the
+:class:`mxfp16.distributed.horovod.Horovod` kvstore, and the loop shards the data by its rank and saves from
 rank 0, as for ``dist_sync``.
 """
 import os
 
-from ..horovod import Horovod
+from ...distributed.horovod import Horovod
 
 #: Settings that may differ between ranks (each rank's own files); every other one must agree.
 PER_RANK_SETTINGS = ("log_file", "tensorboard", "profile_worker_suffix")
@@ -22,7 +22,7 @@ def start_horovod(config):
 
     Raises
     ------
-    mxfp16.horovod.HorovodUnavailable
+    mxfp16.distributed.horovod.HorovodUnavailable
         Horovod missing or built without MXNet.
     ValueError
         When the ranks were started with different flags (every rank raises the same error).

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 
-from ..checkpoint_files import PrefixLock, check_writable, remove_stale_temporaries
+from ...checkpoints.files import PrefixLock, check_writable, remove_stale_temporaries
 
 log = logging.getLogger("mxfp16.train")
 
@@ -46,7 +46,7 @@ def claim_prefix(prefix):
 
     Raises
     ------
-    mxfp16.checkpoint_files.PrefixInUse
+    mxfp16.checkpoints.files.PrefixInUse
         Another live run holds it (one line with its PID and the fix).
     OSError
         The folder is not writable (one line).

@@ -1,6 +1,6 @@
 """The plan of a distributed job: which processes run where, with which DMLC variables.
 
-See :mod:`mxfp16.train.launcher` for the job as a whole; this module only computes (the process
+See :mod:`mxfp16.train.launch.launcher` for the job as a whole; this module only computes (the process
 list, the environment of each, the ssh command lines) and starts nothing.
 """
 import math

@@ -6,7 +6,7 @@ Whether every gradient is finite (a step is skipped when not), and how large the
 import mxnet as mx
 import numpy as np
 
-from . import mxnet_internals
+from .. import mxnet_internals
 
 #: Gradients checked per ``multi_all_finite`` call (one fused kernel per chunk).
 _FINITE_CHECK_CHUNK = 128

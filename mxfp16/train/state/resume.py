@@ -3,7 +3,7 @@
 import dataclasses
 import logging
 
-from ..optimizer_states import PICKLE_RISK
+from ...checkpoints.optimizer_states import PICKLE_RISK
 from .checkpoint import CheckpointError, load_checkpoint
 
 log = logging.getLogger("mxfp16.train")
@@ -77,7 +77,7 @@ def check_mid_epoch_resume(checkpoint, config, num_workers, batches_per_epoch):
 
     Examples
     --------
-    >>> from mxfp16.train.checkpoint import Checkpoint
+    >>> from mxfp16.train.state.checkpoint import Checkpoint
     >>> meta = {"config": {"batch_size": 32, "seed": 0}, "num_workers": 1, "batches_per_epoch": 40}
     >>> point = Checkpoint("runs/r", 1, None, None, meta, batch=7)
     >>> check_mid_epoch_resume(point, {"batch_size": 64, "seed": 0}, 1, 20)  # doctest: +ELLIPSIS

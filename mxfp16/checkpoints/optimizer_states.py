@@ -19,8 +19,8 @@ import json
 import mxnet as mx
 import numpy as np
 
-from . import mxnet_internals
-from .optimizers import adapt_states, restore_multi_precision
+from .. import mxnet_internals
+from ..optimizers import adapt_states, restore_multi_precision
 
 __all__ = ["save_optimizer_states", "read_optimizer_states", "restore_optimizer",
            "save_trainer_states", "load_trainer_states", "is_pickle_file", "PICKLE_RISK"]

@@ -5,10 +5,10 @@ existing commands carry over; every flag's help ends with its default.
 """
 import argparse
 
-from ..kvstore import KVSTORE_TYPES
+from ...distributed.kvstore import KVSTORE_TYPES
 from .config import FineTuneConfig, TrainConfig
 from .flags_compat import add_compat_arguments
-from .schedule import LR_MODES
+from ..schedule import LR_MODES
 
 
 def int_tuple(text):

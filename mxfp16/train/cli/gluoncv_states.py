@@ -13,10 +13,10 @@ import os
 import pickle
 import tempfile
 
-from .. import mxnet_internals
-from ..optimizer_states import PICKLE_RISK
-from ..optimizers import adapt_states, master_weight, restore_multi_precision
-from .gluon_api import load_trainer_states
+from ... import mxnet_internals
+from ...checkpoints.optimizer_states import PICKLE_RISK
+from ...optimizers import adapt_states, master_weight, restore_multi_precision
+from ..gluon_api import load_trainer_states
 
 
 def read_states(path, allow_pickle=False):

@@ -143,7 +143,7 @@ class Horovod(mx.kvstore.KVStoreBase):
         if current is not None and current is not trainer:
             raise ValueError("this Horovod kvstore already serves another Trainer, and two "
                              "Trainers on one kvstore send Horovod operations of the same names: "
-                             "give each Trainer its own, e.g. kvstore=mxfp16.horovod.Horovod("
+                             "give each Trainer its own, e.g. kvstore=mxfp16.distributed.horovod.Horovod("
                              "prefix='discriminator.')")
         self._trainer = weakref.ref(trainer)
 
