@@ -12,7 +12,6 @@ same loop, no branches.  A step waits on the device at most once: for the overfl
 enabled loss scaler; the metrics are read back every ``--disp-batches`` batches.
 """
 import logging
-import math
 import random
 
 import mxnet as mx
@@ -36,7 +35,7 @@ from .module_api import ModuleAPI
 from .monitor import ParameterMonitor
 from .state.prefix import claim_prefix, claims_early, log_removed
 from .progress import Checkpointer, SavePolicy, seed_batch, skip_batches, stop_vote
-from .schedule import next_learning_rate, optimizer_params
+from .schedule import next_learning_rate, optimizer_params, schedule_batches
 
 log = logging.getLogger("mxfp16.train")
 
@@ -228,12 +227,7 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
         ``img_per_sec``, ``lr``, ``loss_scale``, ``num_skipped``, ``num_update``, ...
     """
     metrics_log = metrics_log or MetricsLog()
-    record = dict(event="start", epoch=begin_epoch, **run_status(api))
-    scale = "measured at the first step" if api.scaler.needs_start else f"{record['loss_scale']:g}"
-    where = f"epoch {begin_epoch}" + (f", batch {begin_batch}" if begin_batch else "")
-    log.info("starting at %s: lr %.5g, loss scale %s, %d updates done", where,
-             record["lr"], scale, record["num_update"])
-    metrics_log.write(record, step=begin_epoch, group="start")
+    _log_start(api, metrics_log, begin_epoch, begin_batch)
     stop = None if checkpointer is None or checkpointer.vote else checkpointer.stop
     if getattr(data.train, "skip", None) is None:  # ImageRecordIter: replay the epochs' shuffles
         for _ in range(begin_epoch):
@@ -254,17 +248,34 @@ def fit(api, data, *, begin_epoch, num_epochs, epoch_settings, top_k, save_perio
         record = dict(event="epoch", epoch=epoch, **stats, top1=top1, topk=topk, **run_status(api))
         log.info(epoch_line(record, top_k))
         metrics_log.write(record, step=epoch)
-        name = None
-        if save and ((epoch + 1) % save_period == 0 or epoch + 1 == num_epochs):
-            name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
-        # after the save: a signal during the write stops here, with the epoch saved
-        if checkpointer is not None and checkpointer.stop_requested() and epoch + 1 < num_epochs:
-            if save and name is None:
-                name = save(epoch + 1, record, *api.snapshot(), device_aux=api.device_aux())
-            checkpointer.stopped(epoch + 1, 0, name)
-        if name is not None and checkpointer is not None:
-            checkpointer.policy.saved()
+        due = (epoch + 1) % save_period == 0 or epoch + 1 == num_epochs
+        _end_epoch(api, record, epoch + 1, num_epochs, save=save, due=due,
+                   checkpointer=checkpointer)
     return record
+
+
+def _log_start(api, metrics_log, begin_epoch, begin_batch):
+    """The ``start`` record of a run (log line and metrics), with where it starts."""
+    record = dict(event="start", epoch=begin_epoch, **run_status(api))
+    scale = "measured at the first step" if api.scaler.needs_start else f"{record['loss_scale']:g}"
+    where = f"epoch {begin_epoch}" + (f", batch {begin_batch}" if begin_batch else "")
+    log.info("starting at %s: lr %.5g, loss scale %s, %d updates done", where,
+             record["lr"], scale, record["num_update"])
+    metrics_log.write(record, step=begin_epoch, group="start")
+
+
+def _end_epoch(api, record, epochs_done, num_epochs, *, save, due, checkpointer):
+    """The checkpoint at an epoch's end (when ``due``), and the stop on a signal that arrived: a
+    signal during the write stops after it, with the epoch saved."""
+    name = None
+    if save and due:
+        name = save(epochs_done, record, *api.snapshot(), device_aux=api.device_aux())
+    if checkpointer is not None and checkpointer.stop_requested() and epochs_done < num_epochs:
+        if save and name is None:
+            name = save(epochs_done, record, *api.snapshot(), device_aux=api.device_aux())
+        checkpointer.stopped(epochs_done, 0, name)
+    if name is not None and checkpointer is not None:
+        checkpointer.policy.saved()
 
 
 def checkpoint_saver(prefix, scaler, config_dict, **static_meta):
@@ -289,30 +300,6 @@ def _warn_batch_size(batch_size, dtype):
     if dtype == "float16" and batch_size % 8:
         log.warning("--batch-size %d is not a multiple of 8: float16 Tensor Cores run fastest on "
                     "multiples of 8", batch_size)
-
-
-def schedule_batches(config, data, num_workers=1):
-    """Batches per epoch of the lr schedule, and why, with real data: GluonCV's
-    ``--num-training-samples // batch`` (the batch of all workers), else MXNet fit.py's
-    ``ceil(--num-examples / workers / batch)`` when ``--num-examples`` is given, else the data's own
-    epoch (also for synthetic data, whose epoch those flags already set).
-
-    Returns
-    -------
-    tuple
-        ``(batches, reason)``; ``reason`` is None for the data's own epoch.
-    """
-    if config.synthetic:
-        return data.batches_per_epoch, None
-    if config.num_training_samples is not None:
-        total = config.batch_size * num_workers
-        return (max(config.num_training_samples // total, 1),
-                f"--num-training-samples {config.num_training_samples} // batch {total}")
-    if config.num_examples is not None:
-        batches = math.ceil(config.num_examples // num_workers / config.batch_size)
-        return max(batches, 1), (f"--num-examples {config.num_examples} / {num_workers} "
-                                 f"worker(s) / batch {config.batch_size}, rounded up")
-    return data.batches_per_epoch, None
 
 
 def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
@@ -402,17 +389,9 @@ def train(config, network=None, metrics_path=None, states_order=None):
     mxfp16.LossScaleCollapse
         When steps keep overflowing at the minimum loss scale.
     """
-    try:
-        scaler = make_loss_scaler(config.loss_scale, config.dtype,
-                                  max_consecutive_skips=config.max_consecutive_skips)
-    except ValueError as error:
-        raise ValueError(f"--loss-scale: {error}") from None
-    ctx = contexts(config.gpus, config.cpus)
-    kvstore, rank, num_workers = make_kvstore(config.kv_store)
+    scaler = _make_scaler(config)
+    ctx, kvstore, rank, num_workers = _devices_and_kvstore(config)
     horovod = is_horovod(kvstore)
-    if horovod:  # one GPU per process; --gc-type fp16: float16 on the wire
-        ctx = rank_devices(ctx, kvstore.local_rank)
-        kvstore.set_gradient_compression({"type": config.gc_type})
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)
     # Horovod's ranks validate a shard each and sum the counts, as NVIDIA's example does.
@@ -434,6 +413,34 @@ def train(config, network=None, metrics_path=None, states_order=None):
                             num_workers=num_workers, batches_per_epoch=data.batches_per_epoch,
                             num_devices=len(ctx)) \
         if config.model_prefix and rank == 0 else None
+    return _fit_run(config, api, data, start, save=save, kvstore=kvstore, rank=rank,
+                    num_workers=num_workers, metrics_path=metrics_path, val_reduce=val_reduce)
+
+
+def _make_scaler(config):
+    try:
+        return make_loss_scaler(config.loss_scale, config.dtype,
+                                max_consecutive_skips=config.max_consecutive_skips)
+    except ValueError as error:
+        raise ValueError(f"--loss-scale: {error}") from None
+
+
+def _devices_and_kvstore(config):
+    """``(ctx, kvstore, rank, num_workers)`` of this process; under Horovod one GPU per process
+    and ``--gc-type fp16`` (float16 on the wire)."""
+    ctx = contexts(config.gpus, config.cpus)
+    kvstore, rank, num_workers = make_kvstore(config.kv_store)
+    if is_horovod(kvstore):
+        ctx = rank_devices(ctx, kvstore.local_rank)
+        kvstore.set_gradient_compression({"type": config.gc_type})
+    return ctx, kvstore, rank, num_workers
+
+
+def _fit_run(config, api, data, start, *, save, kvstore, rank, num_workers, metrics_path,
+             val_reduce):
+    """:func:`fit` inside what a run holds while it trains: the prefix (claimed here by a
+    ``dist_sync`` worker that learned it is rank 0), rank 0's metrics, the worker profile and the
+    signal handlers."""
     late_claim = save is not None and not claims_early(config.kv_store)
     with claim_prefix(config.model_prefix if late_claim else None) as removed, \
             MetricsLog(metrics_path if rank == 0 else None,

@@ -6,6 +6,8 @@ The same scheduler object drives a Gluon ``Trainer`` and a ``Module``.  As every
 step skipped for a gradient overflow is not an update and does not advance the schedule: epochs of
 the schedule end a few steps later than the data's (one per skipped step, a few dozen in a run).
 """
+import math
+
 from gluoncv.utils import LRScheduler, LRSequential
 
 from ..optimizers import MOMENTUM_OPTIMIZERS
@@ -126,3 +128,27 @@ def next_learning_rate(optimizer):
     if optimizer.lr_scheduler is None:
         return optimizer.learning_rate
     return optimizer.lr_scheduler(optimizer.num_update + 1)
+
+
+def schedule_batches(config, data, num_workers=1):
+    """Batches per epoch of the lr schedule, and why, with real data: GluonCV's
+    ``--num-training-samples // batch`` (the batch of all workers), else MXNet fit.py's
+    ``ceil(--num-examples / workers / batch)`` when ``--num-examples`` is given, else the data's own
+    epoch (also for synthetic data, whose epoch those flags already set).
+
+    Returns
+    -------
+    tuple
+        ``(batches, reason)``; ``reason`` is None for the data's own epoch.
+    """
+    if config.synthetic:
+        return data.batches_per_epoch, None
+    if config.num_training_samples is not None:
+        total = config.batch_size * num_workers
+        return (max(config.num_training_samples // total, 1),
+                f"--num-training-samples {config.num_training_samples} // batch {total}")
+    if config.num_examples is not None:
+        batches = math.ceil(config.num_examples // num_workers / config.batch_size)
+        return max(batches, 1), (f"--num-examples {config.num_examples} / {num_workers} "
+                                 f"worker(s) / batch {config.batch_size}, rounded up")
+    return data.batches_per_epoch, None
