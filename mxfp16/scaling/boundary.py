@@ -2,7 +2,7 @@
 
 A loss through ``SoftmaxOutput``, ``MakeLoss`` or a ``*RegressionOutput`` op starts its gradient
 itself, so a scale multiplied into the loss never reaches the network.  The gradients that can
-underflow are the float16 ones, inside a cast network (:class:`mxfp16.CastBlock`); float32 ones
+underflow are the float16 ones, inside a cast network (:class:`mxfp16.casting.CastBlock`); float32 ones
 outside do not.  So the scale is applied where the float16 region starts: while autograd records,
 a cast network multiplies each float output by ``s`` and each float input by ``1/s``, shape-(1,)
 float32 arrays (one pair per device and dtype, shared by every cast network), normally 1.  The
