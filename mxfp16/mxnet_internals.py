@@ -273,6 +273,12 @@ def block_own_param_names(block):
     return list(getattr(block, "_reg_params", {}))
 
 
+def block_own_params(block):
+    """``{attribute name: Parameter}`` of the Parameters a Block holds itself, not through a child
+    (``block._reg_params``): the first part of the names ``save_parameters`` gives them."""
+    return dict(getattr(block, "_reg_params", {}))
+
+
 def flatten_call(args):
     """``(flat, fmt)`` of (nested) call arguments, None allowed (``gluon.block._flatten``), the
     format ``regroup`` rebuilds them from."""

@@ -22,6 +22,7 @@ from .. import mxnet_internals
 from .amp_graph import cast_with_amp, float32_tail
 from .block import CastBlock
 from .boundary import Boundary
+from .plain_block import cast_children
 from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS, INDEX_INPUTS, SHAPE_INPUTS, applies,
                     check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
@@ -396,7 +397,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         of the same seed, rounded; initialized after it, its values are drawn in float16.  A ``gluon.Block``
         that is not hybridizable but is made of HybridBlocks (GluonNLP's ``NMTModel``) has those
         cast in place and is returned itself: its own Python code between them runs on their
-        float32 outputs, and the cast parts keep the methods of the originals.
+        float32 outputs, the cast parts keep the methods of the originals, and its
+        ``save_parameters`` / ``load_parameters`` become a CastBlock's (float32 checkpoints under
+        the float32 network's names; :mod:`~mxfp16.casting.plain_block`).
     dtype : {'float16', 'bfloat16', 'float32'}
         ``'float32'`` returns ``block`` itself, unchanged.
     emulate : bool or None
@@ -438,16 +441,18 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     >>> net16(mx.nd.ones((4, 3))).dtype.__name__
     'float32'
     """
-    if isinstance(block, gluon.Block) and not isinstance(block, gluon.HybridBlock) \
-            and mxnet_internals.block_children(block):
-        return _cast_children(block, dtype, emulate, mode)
-    if not isinstance(block, gluon.HybridBlock):
+    plain = isinstance(block, gluon.Block) and not isinstance(block, gluon.HybridBlock) \
+        and bool(mxnet_internals.block_children(block))
+    if not (plain or isinstance(block, gluon.HybridBlock)):
         raise TypeError(f"cast_block takes a gluon.HybridBlock, got {_describe(block)}: "
                         "make the network hybridizable, or pass a Symbol to cast_symbol")
     dtype = check_dtype(dtype)
     check_mode(mode)
     if dtype == "float32":
         return block
+    if plain:  # its HybridBlock parts cast in place, float32 checkpoints (see plain_block)
+        return cast_children(block, functools.partial(cast_block, dtype=dtype, emulate=emulate,
+                                                      mode=mode))
     params = block.collect_params()
     if dtype == "bfloat16":
         _default_layouts(params)
@@ -486,15 +491,3 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         cast.hybridize(True, **flags)
     return cast
 
-
-def _cast_children(block, dtype, emulate, mode):
-    """A Block that is not hybridizable (GluonNLP's ``NMTModel``), its HybridBlock parts cast in
-    place (and those of its plain Block parts, recursively); the block itself is returned."""
-    for name, child in mxnet_internals.block_children(block).items():
-        if isinstance(child, CastBlock):
-            continue
-        if isinstance(child, gluon.HybridBlock):
-            mxnet_internals.replace_child(block, name, cast_block(child, dtype, emulate, mode))
-        else:
-            _cast_children(child, dtype, emulate, mode)
-    return block
