@@ -30,6 +30,7 @@ from .mxnet_import import import_core
 # Module -> the public names it defines, as ``from .<module> import <names>`` did here.
 _EXPORTS = {
     "scaling.clipping": ("clip_global_norm", "clip_grad_global_norm"),
+    "estimator": ("BatchProcessor",),
     "casting": ("cast_block", "cast_symbol", "cast_params", "SUPPORTED_DTYPES", "resolve_emulate",
                 "export"),
     "scaling.scalers": ("DynamicLossScaler", "LossScaleCollapse", "LossScaler", "StaticLossScaler",
@@ -59,7 +60,7 @@ __all__ = [
     "LossScaler", "StaticLossScaler", "DynamicLossScaler", "LossScaleCollapse", "make_loss_scaler",
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
-    "StopRequest", "TrainingState", "save_training_state", "load_training_state",
+    "BatchProcessor", "StopRequest", "TrainingState", "save_training_state", "load_training_state",
     "latest_training_state", "seed_step",
 ]
 

@@ -13,6 +13,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from . import mxnet_internals
+from .estimator import ESTIMATOR_ROUTE, called_by_estimator
 from .scaling import clipping
 from .scaling.overflow import flat_trainer_grads
 from .distributed.kvstore import sync_if_horovod
@@ -231,11 +232,13 @@ class Trainer(gluon.Trainer):
         """This Trainer as the scaler drives it, once the step's loss was scaled."""
         self._heads.finish()  # after trainer.scale(loss) and the user's backward
         if self.scaler.enabled and not self._loss_scaled:
+            fix = ESTIMATOR_ROUTE if called_by_estimator() else (
+                "replace `loss.backward()` or `for l in loss: l.backward()` with "
+                "`trainer.backward(loss)`")
             raise RuntimeError(
                 "the gradients did not come from trainer.backward(loss): with loss scaling on "
                 f"(scale {self.loss_scale:g}), loss.backward() leaves them unscaled and the step "
-                "would divide them by the scale; replace `loss.backward()` or `for l in loss: "
-                "l.backward()` with `trainer.backward(loss)`")
+                f"would divide them by the scale; {fix}")
         return _GluonSteps(self, ignore_stale_grad)
 
     def _stepped(self, updated):
