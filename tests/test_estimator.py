@@ -1,5 +1,7 @@
 """Gluon's Fit API (gluon.contrib.estimator.Estimator) in float16 and bfloat16 through
 mxfp16.BatchProcessor: loss scaling, float32 values for the handlers, float32 checkpoints."""
+import os
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -147,3 +149,20 @@ def test_a_gluon_trainer_is_refused_with_the_fix():
     with pytest.raises(TypeError, match=r"Trainer does not have: pass Estimator\(\.\.\., "
                        r"trainer=mxfp16.Trainer\("):
         est.fit(loader(), epochs=1)
+
+
+def test_checkpoint_handler_resumes_a_float16_run(tmp_path):
+    net = mxfp16.cast_block(network(), "float16")
+    first = estimator(net, "float16")
+    first.fit(loader(), epochs=2, event_handlers=[CheckpointHandler(str(tmp_path),
+                                                                    model_prefix="net")])
+    saved = mx.nd.load(str(tmp_path / "net-epoch1batch8.params"))
+    net2 = mxfp16.cast_block(network(seed=5), "float16")
+    second = estimator(net2, "float16")
+    resume = CheckpointHandler(str(tmp_path), model_prefix="net", resume_from_checkpoint=True)
+    second.fit(loader(), epochs=3, event_handlers=[resume])  # epoch 2 only, from the file
+    assert second.trainer.num_steps == first.trainer.num_steps + 4  # the scaler's state resumed
+    assert sorted(os.listdir(tmp_path))[-3:] == ["net-epoch2batch12.params",
+                                                 "net-epoch2batch12.states", "net-symbol.json"]
+    resumed = mx.nd.load(str(tmp_path / "net-epoch2batch12.params"))
+    assert sorted(resumed) == sorted(saved)
