@@ -210,6 +210,12 @@ def bucketing_module_spec(module):
     return module._sym_gen, module._default_bucket_key, module._context
 
 
+def bucket_modules(module):
+    """``{bucket key: Module}`` of a ``BucketingModule``, the buckets bound so far
+    (``module._buckets``), which MXNet AMP's conversion converts."""
+    return dict(module._buckets)
+
+
 def module_updater(module):
     """The ``Updater`` of a Module that updates on the workers (``_updater``): its ``states`` are
     the optimizer state, keyed ``param_index * num_devices + device`` as ``update()`` passes them."""

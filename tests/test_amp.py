@@ -313,15 +313,20 @@ def _tutorial_conv_net():
 
 
 def test_tutorial_convert_model_with_op_lists():
-    """The tutorial's last example: only Convolution in float16, cast_optional_params=True."""
+    """The tutorial's last example: only Convolution in float16, cast_optional_params=True; the
+    float16 graph's parameters, and its CPU emulation (emulate=True) running it."""
     sym = _tutorial_conv_net()
     mod = mx.mod.Module(sym, context=mx.cpu())
     mod.bind([("data", (1, 3, 8, 8))], [("softmax_label", (1,))])
     mod.init_params(mx.init.Xavier())
     arg_params, aux_params = mod.get_params()
-    result_sym, result_args, result_aux = amp.convert_model(
-        sym, arg_params, aux_params, target_dtype_ops=["Convolution"],
-        fp32_ops=["SoftmaxOutput", "FullyConnected"], cast_optional_params=True)
+    options = dict(target_dtype_ops=["Convolution"], fp32_ops=["SoftmaxOutput", "FullyConnected"],
+                   cast_optional_params=True)
+    _, gpu_args, _ = amp.convert_model(sym, arg_params, aux_params, **options)
+    assert gpu_args["conv0_weight"].dtype == np.float16
+    assert gpu_args["fc1_bias"].dtype == np.float32
+    result_sym, result_args, result_aux = amp.convert_model(sym, arg_params, aux_params,
+                                                            emulate=True, **options)
     amp_mod = mx.mod.Module(result_sym, data_names=["data"], label_names=["softmax_label"],
                             context=mx.cpu())
     amp_mod.bind(data_shapes=[["data", (1, 3, 8, 8)]], label_shapes=[["softmax_label", (1,)]])
@@ -331,8 +336,6 @@ def test_tutorial_convert_model_with_op_lists():
     mod.forward(batch, is_train=False)
     np.testing.assert_allclose(amp_mod.get_outputs()[0].asnumpy(),
                                mod.get_outputs()[0].asnumpy(), rtol=1e-2, atol=1e-3)
-    assert amp_mod._arg_params["conv0_weight"].dtype == np.float16
-    assert amp_mod._arg_params["fc1_bias"].dtype == np.float32
 
 
 def test_tutorial_convert_hybrid_block_keeps_the_original():

@@ -15,6 +15,7 @@ import contextlib
 import logging
 
 from ..scaling import clipping as _clipping
+from . import lists
 from . import session as _session
 from .convert import (convert_bucketing_module, convert_hybrid_block, convert_model,
                       convert_symbol)

@@ -1,6 +1,47 @@
 """Converting float32 checkpoint parameters to the dtypes a cast graph expects: fine-tuning a float32
-pretrained model in float16 with ``mx.mod.Module``."""
+pretrained model in float16 with ``mx.mod.Module``, or deploying a bfloat16 one."""
+import mxnet as mx
+import numpy as np
+
 from .graph import internal_dtypes
+
+#: MXNet's bfloat16 dtype (``mxnet.contrib.amp.amp.bfloat16``), which numpy names ``'void16'``.
+BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
+
+
+def stored_as(value, dtype_name):
+    """``value`` in the dtype numpy names ``dtype_name``, as MXNet stores it: a bfloat16 value
+    (numpy's ``'void16'``) through ``amp_cast``, as MXNet AMP's conversions store it.
+
+    Examples
+    --------
+    >>> stored_as(mx.nd.array([1.5, 3.14159]), 'void16').dtype == BFLOAT16
+    True
+    """
+    if dtype_name in ("void16", "bfloat16"):
+        return mx.nd.amp_cast(value, dtype=BFLOAT16)
+    return value.astype(dtype_name, copy=False)
+
+
+def _input_names(sym, data_names, label_names):
+    """The graph's arguments that are data or labels, not parameters."""
+    labels = label_names if label_names is not None else [
+        name for name in sym.list_arguments() if name.endswith("label")]
+    return set(data_names) | set(labels)
+
+
+def _checked(given, expected, allow_missing, allow_extra):
+    """The values of ``given`` the graph expects, after the missing/extra checks."""
+    given = dict(given or {})
+    missing = [n for n in expected if n not in given]
+    extra = [n for n in given if n not in expected]
+    if missing and not allow_missing:
+        raise ValueError(f"the checkpoint has no value for parameter(s) {missing}: pass "
+                         "allow_missing=True to leave them to the initializer")
+    if extra and not allow_extra:
+        raise ValueError(f"the checkpoint has parameter(s) {extra} that the graph does not "
+                         "use: pass allow_extra=True to ignore them, or check the network")
+    return {n: v for n, v in given.items() if n in expected}
 
 
 def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=None,
@@ -28,7 +69,8 @@ def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=N
     Returns
     -------
     (dict, dict)
-        ``arg_params`` and ``aux_params`` in the graph's dtypes.
+        ``arg_params`` and ``aux_params`` in the graph's dtypes (bfloat16 as MXNet's
+        ``amp_cast`` stores it).
 
     Raises
     ------
@@ -47,20 +89,10 @@ def cast_params(arg_params, aux_params, sym, data_names=("data",), label_names=N
     """
     data_names = tuple(data_names)
     types = internal_dtypes(sym, data_names)
-    inputs = set(data_names) | set(label_names if label_names is not None else
-                                   [n for n in sym.list_arguments() if n.endswith("label")])
-    converted = []
-    for given, expected in ((arg_params, [n for n in sym.list_arguments() if n not in inputs]),
-                            (aux_params, sym.list_auxiliary_states())):
-        given = dict(given or {})
-        missing = [n for n in expected if n not in given]
-        extra = [n for n in given if n not in expected]
-        if missing and not allow_missing:
-            raise ValueError(f"the checkpoint has no value for parameter(s) {missing}: pass "
-                             "allow_missing=True to leave them to the initializer")
-        if extra and not allow_extra:
-            raise ValueError(f"the checkpoint has parameter(s) {extra} that the graph does not "
-                             "use: pass allow_extra=True to ignore them, or check the network")
-        converted.append({n: v.astype(types.get(n, "float32"), copy=False)
-                          for n, v in given.items() if n in expected})
-    return converted[0], converted[1]
+    inputs = _input_names(sym, data_names, label_names)
+    expected_args = [n for n in sym.list_arguments() if n not in inputs]
+    converted = [_checked(given, expected, allow_missing, allow_extra)
+                 for given, expected in ((arg_params, expected_args),
+                                         (aux_params, sym.list_auxiliary_states()))]
+    return tuple({n: stored_as(v, types.get(n, "float32")) for n, v in values.items()}
+                 for values in converted)

@@ -1,0 +1,60 @@
+"""A float16 graph that says, when it is bound on a CPU, why it cannot run there and what to do.
+
+MXNet's CPU backend has no float16 matrix multiply: bound on a CPU, a float16 Convolution or
+FullyConnected fails at its first forward with "FP16 gemm on cpu not implemented!" (or "float16
+fully connected layer is currently only supported by CuDNN").  The graphs ``convert_symbol`` and
+``convert_model`` return are such graphs wherever they are made (a model converted on a CPU
+build host for a GPU server); :class:`Float16Graph` refuses the CPU bind in one line instead.
+"""
+import mxnet as mx
+
+from ..casting.graph import GraphRewriter, internal_dtypes
+from ..casting.rules import GEMM_OPS
+
+
+def float16_gemms(sym, data_names):
+    """The matrix-multiply ops (by op name, sorted) that ``sym`` runs in float16."""
+    types = internal_dtypes(sym, data_names)
+    found = set()
+    for node in GraphRewriter(sym, drop_inserted=False).old_nodes:
+        if node["op"] in GEMM_OPS and types.get(f"{node['name']}_output") == "float16":
+            found.add(node["op"])
+    return sorted(found)
+
+
+def cpu_error(ops):
+    """The one-line error for float16 matrix multiplies ``ops`` on a CPU."""
+    return mx.base.MXNetError(
+        f"mxfp16: this graph runs {', '.join(ops)} in float16, and MXNet's CPU backend has no "
+        "float16 matrix multiply: bind it on a GPU (mx.gpu()), or convert with emulate=True for "
+        "float16 emulated on the CPU (float32 compute, float16 rounding)")
+
+
+class Float16Graph(mx.sym.Symbol):
+    """A ``Symbol`` whose ``bind`` and ``simple_bind`` on a CPU raise :func:`cpu_error` for its
+    float16 matrix multiplies; on a GPU it binds as any Symbol."""
+
+    __slots__ = ()
+    _gemms = {}  # handle value -> ops, kept apart: a Symbol has no room for attributes
+
+    def _check(self, ctx):
+        ops = Float16Graph._gemms.get(self.handle.value)
+        if ops and getattr(ctx, "device_type", None) == "cpu":
+            raise cpu_error(ops)
+
+    def simple_bind(self, ctx, *args, **kwargs):
+        self._check(ctx)
+        return super().simple_bind(ctx, *args, **kwargs)
+
+    def bind(self, ctx, *args, **kwargs):
+        self._check(ctx)
+        return super().bind(ctx, *args, **kwargs)
+
+
+def guarded(sym, data_names):
+    """``sym`` as a :class:`Float16Graph` when it runs matrix multiplies in float16, else itself."""
+    ops = float16_gemms(sym, data_names)
+    if ops:
+        Float16Graph._gemms[sym.handle.value] = ops
+        sym.__class__ = Float16Graph
+    return sym
