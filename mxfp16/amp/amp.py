@@ -15,7 +15,7 @@ import contextlib
 import logging
 
 from ..scaling import clipping as _clipping
-from . import lists
+from . import lists  # noqa: F401  (amp.lists.symbol_fp16, as MXNet's amp module has it)
 from . import session as _session
 from .convert import (convert_bucketing_module, convert_hybrid_block, convert_model,
                       convert_symbol)
@@ -60,19 +60,19 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         dtype (call :func:`reset` first).
     """
     dtype = target_dtype_name(target_dtype)
-    lists = check_op_lists(dtype, target_precision_ops, conditional_fp32_ops, fp32_ops)
+    op_lists = check_op_lists(dtype, target_precision_ops, conditional_fp32_ops, fp32_ops)
     active = _session.current()
     if active is not None:
         if active.target_dtype != dtype:
             raise ValueError(f"amp.init(target_dtype={dtype!r}) after amp.init(target_dtype="
                              f"{active.target_dtype!r}): call amp.reset() first")
         return
-    if lists:
+    if op_lists:
         log.info("mxfp16.amp: %s are used by convert_symbol/convert_model; training casts by "
-                 "mxfp16's rules", ", ".join(sorted(lists)))
+                 "mxfp16's rules", ", ".join(sorted(op_lists)))
     if layout_optimization:
         log.info("mxfp16.amp: layout_optimization=True has no effect; the layout stays as built")
-    _session.install(_session.Session(dtype, lists))
+    _session.install(_session.Session(dtype, op_lists))
     _clipping.route()
 
 

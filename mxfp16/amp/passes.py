@@ -40,7 +40,8 @@ def mxnet_data_names(sym, data_names):
 
 
 def _mxnet_known(dtype):
-    names = ("list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops", "list_widest_type_cast")
+    """The ops MXNet's ``convert_symbol`` accepts in its lists (not its widest-type ops)."""
+    names = ("list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops")
     mx_dtype = "float16" if dtype == "float16" else _mx_amp.bfloat16
     known = set().union(*(getattr(_mx_amp, name)(mx_dtype) for name in names))
     return known | {entry[0] for entry in _mx_amp.list_conditional_fp32_ops(mx_dtype)}
@@ -49,8 +50,10 @@ def _mxnet_known(dtype):
 def with_op_lists(sym, dtype, lists, excluded, data_names, cast_optional_params):
     """MXNet's AMP pass deciding op by op: the lists given, mxfp16's lists for the others.
 
-    Ops of mxfp16's rows that MXNet's pass does not know are run in float32 through
-    ``excluded_sym_names`` (the pass casts an excluded op's inputs to float32)."""
+    MXNet's pass takes only ops of its own lists: the float32 ops of mxfp16's rows it does not
+    take run in float32 through ``excluded_sym_names`` (the pass casts an excluded op's inputs to
+    float32); the matrix multiplies mxfp16's float16 list adds (``dot``, ``batch_dot``) stay
+    MXNet's widest-type ops there."""
     chosen = dict(default_lists(dtype), **lists)
     check_op_lists(dtype, chosen["target_precision_ops"], chosen["conditional_fp32_ops"],
                    chosen["fp32_ops"])

@@ -202,16 +202,18 @@ def check_op_lists(target_dtype, target_precision_ops=None, conditional_fp32_ops
              "conditional_fp32_ops": [entry[0] for entry in
                                       given.get("conditional_fp32_ops", [])]}
     listed = _listed(target_dtype)
-    known = set().union(*(entries for key, entries in listed.items() if key != "conditional"))
+    known = set().union(*(entries for key, entries in listed.items()
+                          if key not in ("conditional", "widest")))
     known.update(entry[0] for entry in listed["conditional"])
     for name, ops in names.items():
         unknown = sorted(set(ops) - known)
         if unknown:
             raise AmpArgumentError(f"{name}: op(s) {unknown} are in none of MXNet AMP's lists "
                                    f"(with mxfp16's rows) for {target_dtype_name(target_dtype)}; "
-                                   "choose ops from "
-                                   "amp.list_lp16_ops, list_fp32_ops, list_lp16_fp32_ops or "
-                                   "list_conditional_fp32_ops")
+                                   "choose ops from amp.list_lp16_ops, list_fp32_ops, "
+                                   "list_lp16_fp32_ops or list_conditional_fp32_ops (the ops of "
+                                   "list_widest_type_cast take the widest dtype of their inputs "
+                                   "and cannot be moved)")
     pairs = (("target_precision_ops", "fp32_ops"), ("target_precision_ops", "conditional_fp32_ops"),
              ("fp32_ops", "conditional_fp32_ops"))
     for first, second in pairs:
