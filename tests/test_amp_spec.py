@@ -349,3 +349,234 @@ def test_convert_model_stores_parameters_in_the_graphs_dtypes(dtype, resnet_like
             output, _ = _run(result_sym, result_args, result_aux, batch)
             np.testing.assert_allclose(output, expected, rtol=1e-2, atol=2e-3)
     assert args["stage2_unit1_conv2_weight"].dtype == np.float32  # the checkpoint is untouched
+
+
+def _gluon_net():
+    from mxnet.gluon import nn
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(16, 3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+            nn.GlobalAvgPool2D(), nn.Dense(4))
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net.hybridize()
+    return net
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_convert_hybrid_block_on_a_cpu(dtype):
+    net = _gluon_net()
+    x = mx.nd.random.uniform(shape=SHAPE)
+    expected = net(x).asnumpy()
+    tolerance = dict(rtol=1e-2, atol=2e-3) if dtype == "float16" else dict(rtol=0.1, atol=0.05)
+    for lists in ({}, {"target_dtype_ops": ["Convolution"]}):
+        converted = amp.convert_hybrid_block(net, target_dtype=dtype, ctx=mx.cpu(), **lists)
+        for _ in range(2):
+            output = mx.nd.amp_cast(converted(x), dtype="float32").asnumpy()
+            np.testing.assert_allclose(output, expected, **tolerance)
+    assert net[0].weight.data().dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_convert_hybrid_block_of_a_symbol_block_with_a_label_input(dtype, resnet_like, tmp_path):
+    sym, args, aux, batch, expected = resnet_like
+    mx.model.save_checkpoint(str(tmp_path / "net"), 0, sym, args, aux)
+    net = mx.gluon.SymbolBlock.imports(str(tmp_path / "net-symbol.json"), ["data", "softmax_label"],
+                                       str(tmp_path / "net-0000.params"))
+    net.hybridize()
+    net(batch.data[0], batch.label[0])
+    low = LOW[dtype]
+    kinds = {False: np.float32, True: low}
+    for optional, conv_dtype in kinds.items():
+        converted = amp.convert_hybrid_block(net, target_dtype=dtype,
+                                             target_dtype_ops=["Convolution"], ctx=mx.cpu(),
+                                             cast_optional_params=optional)
+        for _ in range(2):
+            output = converted(batch.data[0], batch.label[0])
+            np.testing.assert_allclose(output.asnumpy(), expected, rtol=0.1, atol=0.05)
+        if dtype == "bfloat16":  # a float16 one is emulated on the CPU: float32 parameters
+            weight = converted.collect_params()["stage2_unit1_conv2_weight"]
+            assert weight.dtype == conv_dtype
+            assert weight.data().dtype == conv_dtype
+        else:  # the real float16 graph's parameter, as a GPU ctx would hold it
+            real = amp.convert_symbol(sym, target_dtype_ops=["Convolution"],
+                                      data_names=["data", "softmax_label"],
+                                      cast_optional_params=optional)
+            assert _arg_dtypes(real, data="float32", softmax_label="float32")[
+                "stage2_unit1_conv2_weight"] == conv_dtype
+    with pytest.raises(mx.base.MXNetError, match="emulate=True"):
+        amp.convert_hybrid_block(net, ctx=mx.cpu(), emulate=False)
+
+
+def _conv_accuracy(dtype, data_shape, kernel, num_filter, pad, no_bias, cast_optional_params):
+    conv = mx.sym.Convolution(mx.sym.var("data"), kernel=kernel, num_filter=num_filter, pad=pad,
+                              no_bias=no_bias, name="conv2d")
+    return _accuracy(conv, dtype, data_shape, ["Convolution"], cast_optional_params)
+
+
+def _accuracy(sym, dtype, data_shape, ops, cast_optional_params):
+    mod = mx.mod.Module(sym, label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", data_shape)], for_training=False)
+    mod.init_params()
+    data = mx.nd.random.uniform(low=0, high=100, shape=data_shape)
+    mod.forward(mx.io.DataBatch([data]), is_train=False)
+    expected = mod.get_outputs()[0].asnumpy()
+    args, aux = mod.get_params()
+    low_sym, low_args, low_aux = amp.convert_model(
+        sym, args, aux, target_dtype=dtype, target_dtype_ops=ops,
+        cast_optional_params=cast_optional_params, emulate=dtype == "float16")
+    low_mod = mx.mod.Module(low_sym, label_names=None, context=mx.cpu())
+    low_mod.bind(data_shapes=[("data", data_shape)], for_training=False)
+    low_mod.set_params(low_args, low_aux)
+    low_mod.forward(mx.io.DataBatch([data]), is_train=False)
+    output = mx.nd.amp_cast(low_mod.get_outputs()[0], dtype="float32").asnumpy()
+    # MXNet's tolerance: |out - ref| <= 0.2 + 0.1 |ref|, on values of size ~100
+    np.testing.assert_allclose(output, expected, rtol=1e-1, atol=2e-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, kernel, filters, pad, no_bias, optional", [
+    ((3, 4, 28, 28), (3, 3), 128, (1, 1), True, False),
+    ((32, 10, 28, 28), (1, 1), 16, (0, 0), True, True),
+    ((8, 56, 14, 14), (3, 3), 28, (1, 1), False, False),
+])
+def test_convolution_accuracy_after_convert_model(dtype, shape, kernel, filters, pad, no_bias,
+                                                  optional):
+    mx.random.seed(1)
+    _conv_accuracy(dtype, shape, kernel, filters, pad, no_bias, optional)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, hidden, optional", [((64, 32), 1000, False),
+                                                     ((40, 32), 10, True)])
+def test_fully_connected_accuracy_after_convert_model(dtype, shape, hidden, optional):
+    mx.random.seed(2)
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=hidden, name="fc")
+    _accuracy(fc, dtype, shape, ["FullyConnected"], optional)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_module_keeps_the_dtypes_convert_model_gives(dtype):
+    """MXNet's module backward-compatibility case: Module must not overwrite the inferred dtypes."""
+    conv = mx.sym.Convolution(mx.sym.var("data"), num_filter=10, kernel=(2, 3), stride=(1, 1))
+    bn = mx.sym.BatchNorm(conv, eps=0.001, momentum=0.9, fix_gamma=False,
+                          use_global_stats=False, output_mean_var=False, name="conv0_batchnorm")
+    fc = mx.sym.FullyConnected(bn, num_hidden=10, name="fullyconnected")
+    mod = mx.mod.Module(fc, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[["data", (1, 3, 16, 16)]])
+    mod.init_params()
+    args, aux = mod.get_params()
+    assert {np.dtype(v.dtype) for v in list(args.values()) + list(aux.values())} == {
+        np.dtype(np.float32)}
+    sym, args, aux = amp.convert_model(fc, args, aux, target_dtype=dtype,
+                                       target_dtype_ops=["Convolution"])
+    assert args["fullyconnected_weight"].dtype == LOW[dtype]
+    converted = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
+    if dtype == "float16":  # the real float16 graph: its bind on a CPU says why it cannot run
+        with pytest.raises(mx.base.MXNetError, match="emulate=True"):
+            converted.bind(data_shapes=[["data", (1, 3, 16, 16)]])
+        return
+    converted.bind(data_shapes=[["data", (1, 3, 16, 16)]])
+    converted.set_params(args, aux)
+    assert converted.get_params()[0]["fullyconnected_weight"].dtype == LOW[dtype]
+
+
+BUCKETS = [5, 10, 20]
+VOCAB, HIDDEN, BATCH = 30, 16, 8
+
+
+def _sentences(count, seed):
+    rng = np.random.RandomState(seed)
+    return [list(rng.randint(1, VOCAB, size=rng.randint(3, max(BUCKETS)))) for _ in range(count)]
+
+
+def _language_model():
+    """An LSTM language model in a BucketingModule, trained a little on the CPU; its last batch
+    comes from a bucket other than the default one."""
+    cell = mx.rnn.LSTMCell(num_hidden=HIDDEN, prefix="lstm_")
+
+    def sym_gen(seq_len):
+        embed = mx.sym.Embedding(mx.sym.var("data"), input_dim=VOCAB, output_dim=HIDDEN,
+                                 name="embed")
+        cell.reset()
+        outputs, _ = cell.unroll(seq_len, inputs=embed, merge_outputs=True)
+        pred = mx.sym.FullyConnected(mx.sym.Reshape(outputs, shape=(-1, HIDDEN)),
+                                     num_hidden=VOCAB, name="pred")
+        label = mx.sym.Reshape(mx.sym.var("softmax_label"), shape=(-1,))
+        return (mx.sym.SoftmaxOutput(pred, label, ignore_label=-1, use_ignore=True,
+                                     name="softmax"), ("data",), ("softmax_label",))
+
+    train = mx.rnn.BucketSentenceIter(_sentences(200, 0), BATCH, buckets=BUCKETS,
+                                      invalid_label=-1)
+    model = mx.mod.BucketingModule(sym_gen, default_bucket_key=train.default_bucket_key,
+                                   context=mx.cpu())
+    mx.random.seed(3)
+    model.fit(train, num_epoch=1, optimizer="sgd", optimizer_params={"learning_rate": 0.1},
+              initializer=mx.init.Xavier())
+    small = next(batch for batch in train if batch.bucket_key != train.default_bucket_key)
+    model.forward(small, is_train=False)  # the current bucket is not the default one
+    return model
+
+
+def _val_iter():
+    return mx.rnn.BucketSentenceIter(_sentences(64, 1), BATCH, buckets=BUCKETS, invalid_label=-1)
+
+
+@pytest.fixture(scope="module")
+def language_model():
+    model = _language_model()
+    return model, model.score(_val_iter(), mx.metric.Perplexity(-1))[0][1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_convert_bucketing_module_predicts_and_trains_in_every_bucket(dtype, language_model):
+    model, perplexity = language_model
+    converted = amp.convert_bucketing_module(model, target_dtype=dtype)
+    val = _val_iter()
+    converted.bind(val.provide_data, val.provide_label, for_training=False)
+    converted_perplexity = converted.score(val, mx.metric.Perplexity(-1))[0][1]
+    assert abs(converted_perplexity - perplexity) < 0.05 * perplexity
+    args, _ = converted.get_params()
+    assert args["pred_weight"].dtype == np.float32  # behind a cast: cast_optional_params=False
+    converted.bind(val.provide_data, val.provide_label, for_training=True)  # rebinds to train
+    converted.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": 0.1})
+    seen = set()
+    val.reset()
+    before = converted.get_params()[0]["pred_weight"].astype("float32").asnumpy()
+    for batch in val:
+        converted.forward_backward(batch)
+        converted.update()
+        seen.add(batch.bucket_key)
+    after = converted.get_params()[0]["pred_weight"].astype("float32").asnumpy()
+    assert seen == set(BUCKETS)
+    assert np.isfinite(after).all() and not np.array_equal(after, before)
+
+
+def test_convert_bucketing_module_keeps_the_float16_graph_for_a_gpu(language_model):
+    model, _ = language_model
+    converted = amp.convert_bucketing_module(model, emulate=False, cast_optional_params=True) \
+        if mx.context.num_gpus() else None
+    if converted is None:  # on a CPU the real float16 graph refuses to bind, in one line
+        with pytest.raises(mx.base.MXNetError, match="emulate=True"):
+            amp.convert_bucketing_module(model, emulate=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rnn_conversion(dtype):
+    from mxnet.gluon import nn, rnn
+    model = nn.HybridSequential()
+    model.add(rnn.LSTM(hidden_size=10, num_layers=2, bidirectional=True))
+    model.add(nn.Dense(2))
+    model.initialize()
+    model.hybridize()
+    x = mx.nd.ones((2, 3, 4))
+    expected = model(x).asnumpy()
+    converted = amp.convert_hybrid_block(model, target_dtype=dtype, ctx=mx.cpu())
+    output = mx.nd.amp_cast(converted(x), dtype="float32").asnumpy()
+    np.testing.assert_allclose(output, expected, atol=1e-2, rtol=1e-2)
+    inputs, sym = model._cached_graph
+    real = amp.convert_symbol(sym, target_dtype=dtype, data_names=[inputs[0].name],
+                              cast_optional_params=True)
+    types = _arg_dtypes(real, **{inputs[0].name: "float32"})
+    rnn_params = [name for name in types if name.endswith("rnn_param_concat0_output")
+                  or "l0_i2h_weight" in name]
+    assert rnn_params and all(types[name] == (np.float16 if dtype == "float16" else np.float32)
+                              for name in rnn_params)

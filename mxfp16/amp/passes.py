@@ -90,8 +90,6 @@ def with_rules(sym, dtype, data_names, cast_optional_params, emulate):
     data = mxnet_data_names(sym, data_names)
     rule_data = _rule_data_names(sym, data_names)
     converted = cast_symbol(sym, dtype, emulate=emulate, data_names=rule_data)
-    if emulate:
-        return converted
     params = [name for name in converted.list_arguments() if name not in data]
     converted = store_float32(converted, set(data) | (set() if cast_optional_params else
                                                      set(params)), rule_data)
