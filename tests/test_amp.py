@@ -291,7 +291,7 @@ def test_convert_bucketing_module_runs_every_bucket_in_float16():
     module = mx.mod.BucketingModule(sym_gen, default_bucket_key=4, context=mx.cpu())
     module.bind([("data", (2, 4))], [("softmax_label", (2,))])
     module.init_params(mx.init.Xavier())
-    converted = amp.convert_bucketing_module(module)
+    converted = amp.convert_bucketing_module(module, cast_optional_params=True)
     batch = mx.io.DataBatch([mx.nd.ones((2, 4))], [mx.nd.zeros(2)], bucket_key=4,
                             provide_data=[("data", (2, 4))],
                             provide_label=[("softmax_label", (2,))])

@@ -59,6 +59,26 @@ def test_lists_are_mxnets_with_mxfp16s_rows_each_with_a_reason(dtype):
     assert ours.LOSS_OUTPUT_FUNCTIONS == theirs.LOSS_OUTPUT_FUNCTIONS
 
 
+def test_lists_extended_before_a_conversion_change_it():
+    """As with MXNet: code that moves an op to FP32_FUNCS before converting gets it in float32."""
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
+    net = mx.sym.relu(fc, name="act")
+    net = mx.sym.FullyConnected(net, num_hidden=2, name="fc2")
+    before = amp.convert_symbol(net, data_names=["data"])
+    assert _internal_dtype(before, "act_output", data="float32") == np.float16
+    lists = amp.lists.symbol_fp16
+    lists.FP16_FP32_FUNCS.remove("relu")
+    lists.FP32_FUNCS.append("relu")
+    try:
+        after = amp.convert_symbol(net, data_names=["data"])
+        assert _internal_dtype(after, "act_output", data="float32") == np.float32
+        assert _internal_dtype(after, "fc_output", data="float32") == np.float16
+    finally:
+        lists.FP32_FUNCS.remove("relu")
+        lists.FP16_FP32_FUNCS.append("relu")
+    assert not amp.lists.lists_extended("float16")
+
+
 def test_list_functions_return_the_lists_themselves():
     assert amp.list_fp32_ops("float16") is amp.lists.symbol_fp16.FP32_FUNCS
     assert amp.list_lp16_ops(BFLOAT16) is amp.lists.symbol_bf16.BF16_FUNCS
@@ -156,8 +176,9 @@ def test_conditional_fp32_ops_satisfied_and_not(dtype):
     assert same_structure(met, expected)
 
 
-def _bound_dtypes(sym, ctx=mx.cpu(), **shapes):
-    return [array.dtype for array in sym.simple_bind(ctx, grad_req="null", **shapes).arg_arrays]
+def _bound_dtypes(sym, **shapes):
+    return [array.dtype for array in
+            sym.simple_bind(mx.cpu(), grad_req="null", **shapes).arg_arrays]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -313,7 +334,7 @@ def test_convert_symbol_with_data_names_and_cast_optional_params(dtype, resnet_l
         if dtype == "float16":  # an unlisted op (the FullyConnected) follows the float16 values
             assert types["fc1_weight"] == low
     if dtype == "bfloat16":  # binds and runs with the parameters in those dtypes, as MXNet's
-        for converted, types in ((optional, optional_types), (required, required_types)):
+        for converted in (optional, required):
             exe = converted.simple_bind(mx.cpu(), data=SHAPE, softmax_label=(2,),
                                         grad_req="null")
             assert np.isfinite(_forward(exe, batch.data[0], dict(args, **aux))).all()
@@ -550,13 +571,10 @@ def test_convert_bucketing_module_predicts_and_trains_in_every_bucket(dtype, lan
     assert np.isfinite(after).all() and not np.array_equal(after, before)
 
 
-def test_convert_bucketing_module_keeps_the_float16_graph_for_a_gpu(language_model):
+def test_convert_bucketing_module_real_float16_graph_refuses_a_cpu(language_model):
     model, _ = language_model
-    converted = amp.convert_bucketing_module(model, emulate=False, cast_optional_params=True) \
-        if mx.context.num_gpus() else None
-    if converted is None:  # on a CPU the real float16 graph refuses to bind, in one line
-        with pytest.raises(mx.base.MXNetError, match="emulate=True"):
-            amp.convert_bucketing_module(model, emulate=False)
+    with pytest.raises(mx.base.MXNetError, match="emulate=True"):
+        amp.convert_bucketing_module(model, emulate=False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

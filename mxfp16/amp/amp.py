@@ -19,6 +19,7 @@ from . import lists  # noqa: F401  (amp.lists.symbol_fp16, as MXNet's amp module
 from . import session as _session
 from .convert import (convert_bucketing_module, convert_hybrid_block, convert_model,
                       convert_symbol)
+from .lists import BFLOAT16 as bfloat16  # noqa: F401  (MXNet's amp.bfloat16)
 from .lists import (check_op_lists, list_conditional_fp32_ops, list_fp32_ops,
                     list_loss_output_functions, list_lp16_fp32_ops, list_lp16_ops,
                     list_lp16_use_fp32_params, list_widest_type_cast, target_dtype_name)

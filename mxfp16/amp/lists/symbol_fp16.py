@@ -42,8 +42,9 @@ def _rows():
     unlisted = sorted(registered_ops() - listed_ops(mxnet_lists) - taken)
     rows.append(Row(tuple(unlisted), "FP16_FP32_FUNCS", "MXNet 1.9.1 registers these ops but "
                     "lists them nowhere (most are the NumPy interface's and the optimizers'); "
-                    "mxfp16 runs them as MXNet's pass runs an unlisted op, in the dtype that "
-                    "reaches them"))
+                    "no rule of mxfp16 keeps them float32: its rules run them in float16 with "
+                    "the ops around them, MXNet's pass (with op lists) in the dtype that reaches "
+                    "them"))
     return rows
 
 
