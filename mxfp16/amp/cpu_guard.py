@@ -30,17 +30,24 @@ def cpu_error(ops):
         "float16 emulated on the CPU (float32 compute, float16 rounding)")
 
 
+def _typed_inputs(sym):
+    """The inputs type inference starts from: float32 for those without ``__dtype__`` (data, as
+    MXNet AMP's conversion leaves it), the others by their attribute."""
+    attrs = sym.attr_dict()
+    return [name for name in sym.list_inputs() if "__dtype__" not in attrs.get(name, {})]
+
+
 class Float16Graph(mx.sym.Symbol):
     """A ``Symbol`` whose ``bind`` and ``simple_bind`` on a CPU raise :func:`cpu_error` for its
     float16 matrix multiplies; on a GPU it binds as any Symbol."""
 
     __slots__ = ()
-    _gemms = {}  # handle value -> ops, kept apart: a Symbol has no room for attributes
 
     def _check(self, ctx):
-        ops = Float16Graph._gemms.get(self.handle.value)
-        if ops and getattr(ctx, "device_type", None) == "cpu":
-            raise cpu_error(ops)
+        if getattr(ctx, "device_type", None) == "cpu":
+            ops = float16_gemms(self, _typed_inputs(self))
+            if ops:
+                raise cpu_error(ops)
 
     def simple_bind(self, ctx, *args, **kwargs):
         self._check(ctx)
@@ -53,8 +60,6 @@ class Float16Graph(mx.sym.Symbol):
 
 def guarded(sym, data_names):
     """``sym`` as a :class:`Float16Graph` when it runs matrix multiplies in float16, else itself."""
-    ops = float16_gemms(sym, data_names)
-    if ops:
-        Float16Graph._gemms[sym.handle.value] = ops
+    if float16_gemms(sym, data_names):
         sym.__class__ = Float16Graph
     return sym
