@@ -22,7 +22,8 @@ from .convert import (convert_bucketing_module, convert_hybrid_block, convert_mo
 from .lists import BFLOAT16 as bfloat16  # noqa: F401  (MXNet's amp.bfloat16)
 from .lists import (check_op_lists, list_conditional_fp32_ops, list_fp32_ops,
                     list_loss_output_functions, list_lp16_fp32_ops, list_lp16_ops,
-                    list_lp16_use_fp32_params, list_widest_type_cast, target_dtype_name)
+                    list_lp16_use_fp32_params, list_widest_type_cast, lists_extended,
+                    target_dtype_name)
 from .scaling import attach, hook_of
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,10 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
             raise ValueError(f"amp.init(target_dtype={dtype!r}) after amp.init(target_dtype="
                              f"{active.target_dtype!r}): call amp.reset() first")
         return
-    if op_lists:
-        log.info("mxfp16.amp: %s are used by convert_symbol/convert_model; training casts by "
-                 "mxfp16's rules", ", ".join(sorted(op_lists)))
+    if op_lists or lists_extended(dtype):
+        log.info("mxfp16.amp: the op lists (%s) are used by the convert_* functions; training "
+                 "casts by mxfp16's rules (mxfp16/casting/rules.py)",
+                 ", ".join(sorted(op_lists)) or "extended")
     if layout_optimization:
         log.info("mxfp16.amp: layout_optimization=True has no effect; the layout stays as built")
     _session.install(_session.Session(dtype, op_lists))

@@ -101,7 +101,15 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
                   cast_optional_params=False, *, emulate=False):
     """A float32 checkpoint in mixed precision: ``(sym, arg_params, aux_params)`` converted, each
     parameter in the dtype the converted graph gives it (bfloat16 stored as MXNet stores it), as
-    ``mxnet.contrib.amp.convert_model``.  The inputs that are not parameters are data.
+    ``mxnet.contrib.amp.convert_model``.  The inputs that are not parameters are data; the other
+    arguments are :func:`convert_symbol`'s.
+
+    Raises
+    ------
+    AmpTypeError
+        If ``sym`` is not a Symbol or the parameters are not dicts.
+    AmpArgumentError
+        For another dtype or invalid op lists.
 
     Examples
     --------
@@ -153,6 +161,15 @@ def convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, f
     MXNet AMP requires.  ``ctx`` (a Context or a list) is where the parameters live; None means
     the current context (MXNet AMP's default is ``mx.gpu(0)``).  ``emulate`` None: float16 is
     emulated when ``ctx`` is a CPU.
+
+    Raises
+    ------
+    AmpTypeError
+        If ``block`` is not a HybridBlock.
+    RuntimeError
+        If it has not run hybridized yet.
+    mx.base.MXNetError
+        For ``emulate=False`` with a CPU ``ctx``: the float16 graph cannot run there.
 
     Examples
     --------

@@ -16,7 +16,7 @@ Examples
 from mxnet.contrib.amp.lists import symbol_bf16 as _mxnet
 
 from ...casting import rules as _rules
-from .rows import Row, build, listed_ops, registered_ops
+from .rows import OWN_OPS, Row, build, listed_ops, registered_ops
 
 #: The names MXNet gives the lists that decide an op's dtype.
 LIST_NAMES = ("BF16_FUNCS", "BF16_FP32_FUNCS", "FP32_FUNCS", "WIDEST_TYPE_CASTS",
@@ -30,8 +30,10 @@ def _rows():
     mxnet_lists = {name: getattr(_mxnet, name) for name in LIST_NAMES}
     listed = listed_ops(mxnet_lists)
     gemms = sorted((_rules.BFLOAT16_FLOAT32_GEMMS & (registered_ops() | listed)))
-    unlisted = sorted(registered_ops() - listed - set(gemms) - set(_CASTS))
+    unlisted = sorted(registered_ops() - listed - set(gemms) - set(_CASTS) - OWN_OPS)
     return [
+        Row(tuple(sorted(OWN_OPS)), "FP32_FUNCS", "mxfp16's CPU emulation of float16 rounds a "
+            "float32 value to the float16 grid and keeps it float32"),
         Row(tuple(gemms), "FP32_FUNCS", "matrix multiplies outside MXNet's bfloat16 list: their "
             "MXNet 1.9.1 CPU kernels are float32-only (\"dot only supports float32/float64 for "
             "CPU\"), so mxfp16 runs them in float32"),

@@ -18,7 +18,7 @@ Examples
 from mxnet.contrib.amp.lists import symbol_fp16 as _mxnet
 
 from ...casting import rules as _rules
-from .rows import Row, build, listed_ops, registered_ops
+from .rows import OWN_OPS, Row, build, listed_ops, registered_ops
 
 #: The names MXNet gives the lists that decide an op's dtype.
 LIST_NAMES = ("FP16_FUNCS", "FP16_FP32_FUNCS", "FP32_FUNCS", "WIDEST_TYPE_CASTS",
@@ -39,6 +39,10 @@ def _rows():
     gemms = sorted((_rules.GEMM_OPS & known) - taken - set(_mxnet.FP16_FUNCS))
     rows.append(Row(tuple(gemms), "FP16_FUNCS", gemm.reason))
     taken.update(gemms)
+    own = sorted(OWN_OPS - taken)
+    rows.append(Row(tuple(own), "FP32_FUNCS", "mxfp16's CPU emulation rounds a float32 value to "
+                    "the float16 grid and keeps it float32"))
+    taken.update(own)
     unlisted = sorted(registered_ops() - listed_ops(mxnet_lists) - taken)
     rows.append(Row(tuple(unlisted), "FP16_FP32_FUNCS", "MXNet 1.9.1 registers these ops but "
                     "lists them nowhere (most are the NumPy interface's and the optimizers'); "
