@@ -82,3 +82,20 @@ def test_what_mxnet_cannot_export_is_one_error_line(exported, tmp_path, capsys, 
     code, err = run_export(exported, tmp_path, capsys, *flags)
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
     assert re.search(message, err), err
+
+
+@needs_onnx
+def test_float32_and_float16_with_onnx_write_the_float32_file_and_skip_the_float16_one(
+        exported, tmp_path, capsys):
+    """The guide's export command on a BatchNorm network: MXNet cannot write its float16 graph to
+    ONNX, so that file is skipped with a note, and everything else is written."""
+    code, line = run_export(exported, tmp_path, capsys, "--onnx", "--dtype", "float32,float16")
+    assert code == 0, line
+    assert re.search(r"ONNX float32 \S+out.onnx \(opset 13, checker passed", line), line
+    assert re.search(r"ONNX float16 skipped \(MXNet's ONNX exporter cannot write this graph at "
+                     r"opset 13 \(.*BatchNormalization.*\); \S+out.onnx is the ONNX file to deploy\)",
+                     line), line
+    assert line.endswith("out-preprocessing.json")
+    written = sorted(path.name for path in tmp_path.iterdir())
+    assert "out.onnx" in written and "out-float16.onnx" not in written
+    assert {"out-float16-symbol.json", "out-preprocessing.json"} <= set(written)

@@ -6,7 +6,8 @@ From any model :mod:`mxfp16.train.evaluate` loads, writes under ``--output PREFI
   weights, for plain MXNet, ONNX and float32 servers (``--dtype float32``, the default);
 * ``PREFIX-float16-symbol.json`` + ``PREFIX-float16-0000.params``: the float16 GPU graph with
   every parameter (``--dtype float16``; ``--emulate`` for the CPU emulation graph instead);
-* ``PREFIX.onnx`` (``--onnx``; ``PREFIX-float16.onnx`` where MXNet's exporter can write float16);
+* ``PREFIX.onnx`` (``--onnx``; ``PREFIX-float16.onnx`` where MXNet's exporter can write float16,
+  else skipped with a note when ``PREFIX.onnx`` is written);
 * ``PREFIX-preprocessing.json``: the inference preprocessing as trained (resize, centre crop,
   mean and std).
 
@@ -154,6 +155,23 @@ def check_onnx(onnx_file, reference, data, dtype, python):
             f"agreement {agreement:.4f}")
 
 
+def _onnx_part(config, dtype, files, prep, reference, data, float32_written):
+    """Write and check the ONNX file of one dtype; its part of the summary line.  A float16 graph
+    MXNet cannot export (BatchNorm's float32 parameters at opsets 12-13) is skipped with a note when
+    the float32 ONNX file is written too, else it is the error."""
+    onnx_file = output_prefix(config.output, dtype) + ".onnx"
+    try:
+        export_onnx(mx.sym.load(files[0]), mx.nd.load(files[1]), onnx_file,
+                    (CHECK_BATCH,) + tuple(prep["image_shape"]), opset=config.opset)
+    except RuntimeError as error:
+        if dtype == "float32" or not float32_written:
+            raise
+        return (f"ONNX float16 skipped ({str(error).split(': export the')[0]}; "
+                f"{output_prefix(config.output, 'float32')}.onnx is the ONNX file to deploy)")
+    return (f"ONNX {dtype} {onnx_file} "
+            f"({check_onnx(onnx_file, reference, data, dtype, config.onnxruntime_python)})")
+
+
 def export_job(config):
     """``scripts/export.py``'s job; returns the summary line.
 
@@ -182,12 +200,11 @@ def export_job(config):
         parts.append(f"{dtype} {files[0]} + {os.path.basename(files[1])} ({check})")
         log.info("exported %s", parts[-1])
         if config.onnx:
-            onnx_file = output_prefix(config.output, dtype) + ".onnx"
-            export_onnx(mx.sym.load(files[0]), mx.nd.load(files[1]), onnx_file,
-                        (CHECK_BATCH,) + tuple(prep["image_shape"]), opset=config.opset)
-            parts.append(f"ONNX {dtype} {onnx_file} ("
-                         f"{check_onnx(onnx_file, reference, data, dtype, config.onnxruntime_python)})")
-            log.info("exported %s", parts[-1])
+            parts.append(_onnx_part(config, dtype, files, prep, reference, data,
+                                    float32_written="float32" in config.dtype))
+            skipped = parts[-1].startswith("ONNX float16 skipped")
+            log.log(logging.WARNING if skipped else logging.INFO, "%s" if skipped else "exported %s",
+                    parts[-1])
     path = write_preprocessing(config.output, prep)
     return f"exported {model.description}: " + "; ".join(parts) + f"; preprocessing {path}"
 
