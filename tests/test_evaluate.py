@@ -141,6 +141,21 @@ def test_export_writes_checked_graphs_and_the_preprocessing(runs, export, tmp_pa
     assert {v.dtype.__name__ for v in args.values()} == {"float16", "float32"}
 
 
+def test_an_exported_pair_is_benchmarked_with_the_preprocessing_export_wrote(runs, export,
+                                                                             evaluate, tmp_path,
+                                                                             capsys):
+    out = str(tmp_path / "deploy" / "r20")
+    assert export(["--checkpoint", runs["gluon"], "--output", out, "--dtype", "float32,float16"]) == 0
+    for prefix in (out, out + "-float16"):  # the float16 pair reads its float32 twin's file
+        assert evaluate(["--model-prefix", prefix, "--benchmark", "--batch-sizes", "1",
+                         "--num-batches", "1", "--dtype", "float32"]) == 0
+        line, _ = summary(capsys)
+        assert " inference img/s at 3x16x16 on cpu(0)" in line, line
+    assert evaluate(["--model-prefix", out, "--benchmark", "--batch-sizes", "1", "--num-batches",
+                     "1", "--dtype", "float32", "--image-shape", "3,20,20"]) == 0
+    assert " at 3x20x20 " in summary(capsys)[0]  # the flag still wins
+
+
 BAD = [
     (["--network", "resnet18_v1", "--params-file", "{gluon}-0001.params"],
      r"does not hold the parameters of --network resnet18_v1 with --num-classes 1000"),

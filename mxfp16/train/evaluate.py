@@ -12,12 +12,15 @@ GluonCV's evaluation flags (``--model``, ``--params-file``, ``--rec-val``, ``--c
   ``.params``): ``--network NAME --params-file FILE``.
 
 Each runs in every ``--dtype`` asked for (float16 without a GPU: the CPU emulation, said so).  The
-preprocessing (image shape, centre-crop ratio, mean and std) is the training run's when the
-checkpoint records it, else the flags' (ImageNet's defaults).
+preprocessing (image shape, centre-crop ratio, mean and std) is the flags', else the training run's
+(recorded in its checkpoint, or in the ``PREFIX-preprocessing.json`` that ``scripts/export.py``
+wrote beside an exported pair), else ImageNet's defaults.
 """
 import glob
+import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -132,7 +135,29 @@ def _mxnet_pair(prefix, epoch):
                          "them as --load-epoch" if epochs else f"--model-prefix {prefix}: {found}; "
                          "pass the prefix of PREFIX-symbol.json and PREFIX-NNNN.params")
     network = load_mxnet_checkpoint(prefix, epoch)
-    return LoadedModel(network, "%s-%04d" % (os.path.basename(prefix), epoch), {})
+    return LoadedModel(network, "%s-%04d" % (os.path.basename(prefix), epoch),
+                       exported_preprocessing(prefix))
+
+
+def exported_preprocessing(prefix):
+    """The preprocessing ``scripts/export.py`` wrote beside an exported pair
+    (``PREFIX-preprocessing.json``; for ``PREFIX-float16`` that of ``PREFIX``), as the settings of
+    the training run it came from; ``{}`` without the file.
+
+    Examples
+    --------
+    >>> exported_preprocessing('/nonexistent/r50-float16')
+    {}
+    """
+    base = re.sub(r"-(float16|bfloat16)(-emulated)?$", "", prefix)
+    for path in (f"{prefix}-preprocessing.json", f"{base}-preprocessing.json"):
+        if os.path.isfile(path):
+            with open(path) as file:
+                record = json.load(file)
+            return {"image_shape": [len(record["mean"])] + list(record["center_crop"]),
+                    "crop_ratio": record["crop_ratio"], "rgb_mean": record["mean"],
+                    "rgb_std": record["std"]}
+    return {}
 
 
 def _script_checkpoint(spec):
