@@ -310,6 +310,17 @@ def test_horovodrun_gets_the_command_as_one_shell_argument():
     assert horovodrun_argv(["python"], 4, hosts=["n1", "n2:2222"])[4] == "n1:2,n2:2"
 
 
+def test_without_horovodrun_the_launcher_gives_the_whole_install_command(monkeypatch):
+    """launch.py --launcher horovod and --kv-store horovod name the same build command."""
+    from mxfp16.distributed.horovod import INSTALL_COMMAND
+    from mxfp16.train.launch.plan import LaunchError
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(LaunchError) as raised:
+        horovodrun_argv(["python", "train.py"], 2)
+    assert str(raised.value).endswith(f": {INSTALL_COMMAND}")
+    assert "--no-build-isolation" in INSTALL_COMMAND and "HOROVOD_WITH_MXNET=1" in INSTALL_COMMAND
+
+
 @needs_horovod
 def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(tmp_path):
     job = run([sys.executable, os.path.join(REPO, "benchmarks", "horovod_allreduce.py"),

@@ -323,8 +323,9 @@ def horovodrun_argv(command, num_workers, hosts=None):
     """
     horovodrun = shutil.which("horovodrun")
     if horovodrun is None:
-        raise LaunchError("horovodrun is not installed (it comes with Horovod): "
-                          "pip install -e \".[horovod]\" as the guide's Horovod section says")
+        from ...distributed.horovod import INSTALL_COMMAND  # imports MXNet: only on this error
+        raise LaunchError("horovodrun is not installed (it comes with Horovod, which builds "
+                          f"against the installed MXNet): {INSTALL_COMMAND}")
     if hosts:
         slots = math.ceil(num_workers / len(hosts))
         placement = ",".join(f"{split_host(host)[0]}:{slots}" for host in hosts)
