@@ -268,6 +268,22 @@ def test_unsupported_or_conflicting_flags_give_one_error_line(capsys, argv, word
     assert words in error_of(capsys)
 
 
+def test_a_rehearsal_shortened_by_max_batches_keeps_the_warmup_of_the_full_command(capsys):
+    """The guide's rehearsal (--max-batches 4 --num-epochs 2) of a command with --warmup-epochs 5
+    runs inside the warm-up and says so; a full run with that warm-up is still an error."""
+    base = ["--model", "cifar_resnet20_v1", "--benchmark", "1", "--image-shape", "3,32,32",
+            "--num-examples", "8", "--batch-size", "4", "--num-classes", "4", "--top-k", "2",
+            "--warmup-epochs", "5", "--lr-mode", "cosine", "--lr", "0.2", "--num-epochs", "2"]
+    assert script("train_imagenet")(base + ["--max-batches", "2"]) == 0
+    out = capsys.readouterr().out
+    assert ("--warmup-epochs 5 with --num-epochs 2 (--max-batches 2: a rehearsal): the run ends "
+            "inside the warm-up, its learning rate rising as in the full run's first 2 epoch(s), "
+            "below --lr 0.2") in out
+    assert script("train_imagenet")(base) == 2
+    assert "--warmup-epochs 5 leaves no epoch after the warm-up of --num-epochs 2: lower it (a " \
+        "rehearsal shortened with --max-batches N keeps it)" in error_of(capsys)
+
+
 def test_example_and_gluoncv_ways_of_resuming(tmp_path, capsys):
     prefix = str(tmp_path / "run" / "r20")
     base = ["--network", "resnet-v1", "--num-layers", "20", "--image-shape", "3,32,32",

@@ -39,7 +39,8 @@ def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=()
     factor : float
         Step decay factor.
     warmup_epochs : int
-        Epochs of linear warm-up from ``warmup_lr`` to ``lr``.
+        Epochs of linear warm-up from ``warmup_lr`` to ``lr``; when they are ``num_epochs`` or more
+        (a rehearsal shortened with ``--max-batches``), the run ends inside the warm-up.
     warmup_lr : float
         The rate the warm-up starts at (GluonCV's ``--warmup-lr``).
 
@@ -52,7 +53,7 @@ def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=()
     Raises
     ------
     ValueError
-        For an unknown mode or a warm-up that leaves no epoch.
+        For an unknown mode.
 
     Examples
     --------
@@ -62,22 +63,23 @@ def make_lr_scheduler(lr, lr_mode, num_epochs, batches_per_epoch, step_epochs=()
     >>> sched = make_lr_scheduler(0.4, 'cosine', num_epochs=2, batches_per_epoch=5, warmup_epochs=1)
     >>> [round(sched(n), 2) for n in (1, 3, 5, 6, 10)]
     [0.0, 0.2, 0.4, 0.4, 0.0]
+    >>> sched = make_lr_scheduler(0.4, 'cosine', num_epochs=2, batches_per_epoch=5, warmup_epochs=4)
+    >>> [round(sched(n), 2) for n in (1, 10)]  # the first 2 of 4 warm-up epochs
+    [0.0, 0.19]
     """
     if lr_mode not in LR_MODES:
         raise ValueError(f"unknown lr mode {lr_mode!r}: choose one of {', '.join(LR_MODES)}")
-    if warmup_epochs >= num_epochs and warmup_epochs:
-        raise ValueError(f"warmup_epochs={warmup_epochs} leaves no epoch of num_epochs={num_epochs} "
-                         "after the warm-up: lower it")
     # GluonCV's schedulers divide by (iterations - 1): give each phase at least two.
     per_epoch = max(int(batches_per_epoch), 2)
     schedulers = []
     if warmup_epochs:
         schedulers.append(LRScheduler("linear", base_lr=warmup_lr, target_lr=lr, nepochs=warmup_epochs,
                                       iters_per_epoch=per_epoch))
-    schedulers.append(LRScheduler(lr_mode, base_lr=lr, target_lr=0.0,
-                                  nepochs=num_epochs - warmup_epochs, iters_per_epoch=per_epoch,
-                                  step_epoch=[e - warmup_epochs for e in step_epochs],
-                                  step_factor=factor, power=POLY_POWER))
+    if num_epochs > warmup_epochs:  # else a shortened rehearsal that ends inside the warm-up
+        schedulers.append(LRScheduler(lr_mode, base_lr=lr, target_lr=0.0,
+                                      nepochs=num_epochs - warmup_epochs, iters_per_epoch=per_epoch,
+                                      step_epoch=[e - warmup_epochs for e in step_epochs],
+                                      step_factor=factor, power=POLY_POWER))
     scheduler = _FromFirstUpdate(schedulers)
     scheduler.base_lr = lr  # what the optimizer sets; unused, but it warns when they differ
     return scheduler

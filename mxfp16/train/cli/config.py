@@ -192,6 +192,7 @@ class TrainConfig:
         """This configuration with canonical names, or ``ValueError`` naming the flag to fix."""
         self = resolve_commands(self, fine_tuning=isinstance(self, FineTuneConfig))
         _check_numbers(self)
+        self = dataclasses.replace(self, notes=tuple(self.notes) + _rehearsal_notes(self))
         _check_data_flags(self)
         _check_run_flags(self)
         if (self.save_steps or self.save_minutes) and not self.model_prefix:
@@ -431,9 +432,20 @@ def _check_numbers(config):
         raise ValueError("need 0 <= --label-smoothing < 1 (e.g. 0.1), --mixup-alpha > 0 (e.g. 0.2) "
                          f"and 0 <= --mom < 1, got {config.label_smoothing}, {config.mixup_alpha}, "
                          f"{config.mom}")
-    if config.warmup_epochs >= config.num_epochs and config.warmup_epochs:
+    if config.warmup_epochs >= config.num_epochs and config.warmup_epochs and not config.max_batches:
         raise ValueError(f"--warmup-epochs {config.warmup_epochs} leaves no epoch after the warm-up "
-                         f"of --num-epochs {config.num_epochs}: lower it")
+                         f"of --num-epochs {config.num_epochs}: lower it (a rehearsal shortened "
+                         "with --max-batches N keeps it)")
+
+
+def _rehearsal_notes(config):
+    """What a run shortened with ``--max-batches`` does differently from the full command."""
+    if config.warmup_epochs >= config.num_epochs and config.warmup_epochs and config.max_batches:
+        return (f"--warmup-epochs {config.warmup_epochs} with --num-epochs {config.num_epochs} "
+                f"(--max-batches {config.max_batches}: a rehearsal): the run ends inside the "
+                f"warm-up, its learning rate rising as in the full run's first {config.num_epochs} "
+                f"epoch(s), below --lr {config.lr:g}",)
+    return ()
 
 
 def _check_run_flags(config):
