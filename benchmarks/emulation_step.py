@@ -1,12 +1,15 @@
 """Cost of CPU float16 emulation: one ResNet-50 training step, emulated float16 vs float32.
 
 Usage: python benchmarks/emulation_step.py [--network resnet50_v1] [--batch-size 16] [--image-size 224]
-Prints one JSON line per dtype and the ratio; docs/benchmarks.md records the results.
+[--quick]
+Prints one JSON line per dtype and the ratio; docs/benchmarks.md records the results.  --quick times
+one step of resnet18_v1 on 2 images of 32x32 (tests/test_benchmarks.py runs it).
 """
 import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import mxnet as mx
@@ -47,14 +50,27 @@ def measure(network, dtype, batch_size, image_size, steps, warmup):
     return time_steps(net, trainer, scaler, data, label, steps, warmup)
 
 
-def main():
+#: What --quick sets: one timed step of a small network on two small images.
+QUICK = {"network": "resnet18_v1", "batch_size": 2, "image_size": 32, "steps": 1, "warmup": 0}
+
+
+def get_args_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--network", default="resnet50_v1", help="(default: resnet50_v1)")
     parser.add_argument("--batch-size", type=int, default=16, help="(default: 16)")
     parser.add_argument("--image-size", type=int, default=224, help="(default: 224)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps (default: 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (default: 2)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="one step of resnet18_v1, batch 2, 32x32, for tests; overrides the "
+                             "size flags (default: off)")
+    return parser
+
+
+def main(argv=None):
+    args = get_args_parser().parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
     results = {}
     for dtype in ("float32", "float16"):
         results[dtype] = measure(args.network, dtype, args.batch_size, args.image_size,
@@ -66,7 +82,8 @@ def main():
                       "cores": os.cpu_count(), "mxnet": mx.__version__,
                       "fused_rounding": mxfp16.casting.fastround.wanted() and mxfp16.casting.fastround.load(),
                       "float16_over_float32": round(results["float16"] / results["float32"], 3)}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -421,6 +421,15 @@ time.sleep(0.3)
 '''
 
 
+def test_emulation_step_quick_times_both_dtypes(load_benchmark, capsys):
+    assert load_benchmark("emulation_step").main(["--quick"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line.get("dtype") for line in lines] == ["float32", "float16", None]
+    assert all(line["median_step_s"] > 0 for line in lines[:2])
+    assert (lines[2]["network"], lines[2]["batch_size"], lines[2]["image_size"]) == ("resnet18_v1", 2, 32)
+    assert lines[2]["float16_over_float32"] > 0
+
+
 def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(tmp_path):
     import mxnet as mx
     from gluoncv.model_zoo import get_model
