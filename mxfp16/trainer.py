@@ -15,7 +15,6 @@ from mxnet import autograd, gluon
 from . import mxnet_internals
 from .estimator import ESTIMATOR_ROUTE, called_by_estimator
 from .scaling import clipping
-from .scaling.overflow import flat_trainer_grads
 from .distributed.kvstore import sync_if_horovod
 from .scaling.heads import HeadScaling
 from .scaling.scalers import LossScaler, make_loss_scaler
@@ -187,8 +186,7 @@ class Trainer(gluon.Trainer):
         ``scaled_with`` set to the scale the step will divide by."""
         self.scaler.discard_step(self)
         clipping.route()  # again, in case amp.reset() undid it or GluonNLP came since
-        how = self._heads.start(heads, lambda: flat_trainer_grads(self),
-                                mxnet_internals.trainer_params(self), self.loss_scale)
+        how = self._heads.start(heads, mxnet_internals.trainer_params(self), self.loss_scale)
         self.scaled_with = 1.0 if how == "none" else self.loss_scale
         return how
 

@@ -105,8 +105,7 @@ class TrainerScaling:
         clipping.route()  # GluonNLP may have been imported since init_trainer
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
         scale = self.scaler.loss_scale if self.scaler.enabled else 1.0
-        how = self._heads.start(heads, lambda: flat_trainer_grads(self.trainer),
-                                mxnet_internals.trainer_params(self.trainer), scale)
+        how = self._heads.start(heads, mxnet_internals.trainer_params(self.trainer), scale)
         if how == "head":
             self.scaled_with = self.scaler.loss_scale
             return self.scaler.scale(loss)

@@ -13,15 +13,17 @@ the loss scale would train at 1/scale, silently.
   ResNet-50);
 * a hybridized block is one opaque ``_CachedOp`` node there, named by its outputs: its ops are read
   from the graph of the live block with those outputs (``HybridBlock._cached_graph``), once per
-  graph.  No extra backward runs: a second backward over a recorded graph is not the first one
-  again (MXNet's ``Dropout`` passes the gradient unmasked from its second backward on), so a probe
-  would change the step it runs in, and a resumed loop would no longer repeat the uninterrupted
-  one bit for bit.
-* only a ``_CachedOp`` whose block is gone (a hybridized loss block made anew in every step, or a
-  ``CachedOp`` made by hand) is probed: a backward with zero head gradients leaves every gradient
-  zero unless an op ignores its head gradient.  That probe has the effect above on its step (once
-  per graph, so in every step where each new block has a new name); keep such a loss block from
-  step to step to avoid it.
+  graph;
+* a ``_CachedOp`` whose block is gone (a hybridized loss block made anew in every step, a block
+  hybridized again between its forward and the backward, a ``CachedOp`` made by hand) cannot be
+  read: it is taken to hold such an op, and a Trainer lets the scale enter at the cast networks'
+  boundary, which brings the gradients to the scale whether or not the op is there.
+
+No extra backward ever runs: a second backward over a recorded graph is not the first one again.
+MXNet 1.9's ``Dropout`` keeps one flag per recorded op, which its backward sets and only its forward
+clears (``dropout_passthrough_`` in ``src/operator/nn/dropout-inl.h``), so from the second backward
+on it passes the gradient through unmasked.  A zero-head-gradient probe before the real backward
+(33d6280 to issue 34) made every step it ran in back-propagate through unmasked dropout.
 
 The answer is kept per graph (its ops and the output names of its blocks), so a training loop
 pays the look-up once.
@@ -30,7 +32,6 @@ import logging
 import re
 
 import mxnet as mx
-import numpy as np
 from mxnet import autograd
 
 from .. import mxnet_internals
@@ -42,6 +43,20 @@ log = logging.getLogger(__name__)
 #: The prefix get_symbol gives the outputs of recorded nodes (``node_12_net_dense0_fwd_output``):
 #: a counter that grows from step to step, dropped from the cache key.
 _NODE_COUNTER = re.compile(r"^node_\d+_|^(null|var)\d+$")
+
+
+def _node_outputs(names, node, count, start):
+    """``(output names, index after them)`` of the recorded node named ``node``, searched in
+    ``names`` (``get_internals().list_outputs()``) from ``start`` on.  That list holds only visible
+    outputs (not the masks of ``Dropout``, nor ``BatchNorm``'s batch statistics), while
+    ``node_row_ptr`` counts every output: its rows do not line up with the names once such an op
+    was recorded before (GluonNLP's ``WeightDrop`` calls ``nd.Dropout`` outside the hybridized
+    graph)."""
+    prefix = node + "_"
+    for index in range(start, len(names)):
+        if names[index].startswith(prefix):
+            return names[index:index + count], index + count
+    return [], start
 
 
 def _graph(heads):
@@ -56,11 +71,12 @@ def _graph(heads):
             continue
         graph = mxnet_internals.graph_json(sym)
         outputs = sym.get_internals().list_outputs()
-        rows = graph["node_row_ptr"]
+        rows, start = graph["node_row_ptr"], 0
         for index, node in enumerate(graph["nodes"]):
             if node["op"] == "_CachedOp":  # outputs named "<node name>_<block output name>"
-                cached.append((tuple(name[len(node["name"]) + 1:]
-                                     for name in outputs[rows[index]:rows[index + 1]]),
+                mine, start = _node_outputs(outputs, node["name"], rows[index + 1] - rows[index],
+                                            start)
+                cached.append((tuple(name[len(node["name"]) + 1:] for name in mine),
                                len(node["inputs"])))
         ops += [node["op"] for node in graph["nodes"] if node["op"] != "null"]
         names += [_NODE_COUNTER.sub("", name) for name in outputs]
@@ -87,17 +103,17 @@ def symbol_ops(graph):
 
 
 def _cached_ops(cached):
-    """``(found, unknown)``: the head-ignoring ops of the live hybridized blocks whose graphs
-    have the outputs (names) and the number of inputs of the ``_CachedOp`` nodes (``cached``), and
-    the nodes without such a block."""
+    """``{signature: head-ignoring ops}`` of the live hybridized blocks whose graphs have the
+    outputs (names) and the number of inputs of ``_CachedOp`` nodes (``cached``); the nodes
+    without such a block are left out."""
     wanted = set(cached)
     graphs = {}
     for sym in mxnet_internals.hybridized_graphs():
         signature = (tuple(sym.list_outputs()), len(sym.list_inputs()))
         if signature in wanted:
-            graphs.setdefault(signature, set()).update(symbol_ops(mxnet_internals.graph_json(sym)))
-    found = set().union(*graphs.values()) & LOSS_HEADS
-    return sorted(found), [signature for signature in cached if signature not in graphs]
+            graphs.setdefault(signature, set()).update(
+                set(symbol_ops(mxnet_internals.graph_json(sym))) & LOSS_HEADS)
+    return graphs
 
 
 def visible_head_ignoring_ops(heads):
@@ -129,39 +145,17 @@ def visible_head_ignoring_ops(heads):
     return sorted(set(ops) & LOSS_HEADS)
 
 
-def _nonzero_anywhere(arrays):
-    """Whether any array holds a finite value other than zero (a NaN from 0 * inf does not count)."""
-    for array in arrays:
-        values = array.astype("float32").asnumpy()
-        if np.any(np.isfinite(values) & (values != 0)):
-            return True
-    return False
-
-
-def _probe(heads, grads):
-    """Whether a backward with zero head gradients writes any non-zero gradient (it does only
-    through an op that ignores its head gradient).  Only for a ``_CachedOp`` whose block is gone:
-    the real backward after it is a second one, through which a recorded ``Dropout`` passes the
-    gradient unmasked.  Gradients that accumulate (``grad_req='add'``)
-    are restored afterwards.  The probe runs in predict mode: in training mode, oneDNN's BatchNorm
-    updates its running statistics in backward, and would update them twice."""
-    with autograd.pause():  # trainer.backward may be called inside autograd.record()
-        saved = [grad.copy() for grad in grads]
-        zeros = [mx.nd.zeros(head.shape, ctx=head.context, dtype=head.dtype) for head in heads]
-        autograd.backward(heads, head_grads=zeros, retain_graph=True, train_mode=False)
-        found = _nonzero_anywhere(grads)
-        for grad, value in zip(grads, saved):
-            value.copyto(grad)
-    return found
+#: What :meth:`HeadCheck.ops` names for a ``_CachedOp`` whose block is gone (its graph unread).
+UNREAD_BLOCK = "a hybridized block whose graph is gone"
 
 
 class HeadCheck:
     """Per-graph answers to: do the gradients of these losses ignore the head gradient?
 
-    One per Trainer (the probe of a hybridized block that is gone reads that Trainer's
-    gradients).  Each answer is the list of ops found, ``['a hybridized block']`` when only the
-    probe could tell, or empty.  A hybridized block's ops are read from its graph, with no extra
-    backward.
+    Each answer is the sorted list of head-ignoring ops found, ``[UNREAD_BLOCK]`` when a
+    ``_CachedOp`` on the way belongs to a block that is gone, or empty.  The ops of a hybridized
+    block are read from its graph, remembered by the graph's outputs: a block seen once stays
+    known after it is hybridized again.  Nothing runs a backward.
 
     Examples
     --------
@@ -171,23 +165,21 @@ class HeadCheck:
     >>> w.attach_grad()
     >>> with autograd.record():
     ...     loss = (w * 2).sum()
-    >>> HeadCheck().ops([loss], [w.grad])
+    >>> HeadCheck().ops([loss])
     []
     """
 
     def __init__(self):
         self._answers = {}
+        self._blocks = {}  # (output names, number of inputs) -> head-ignoring ops of that graph
 
-    def ops(self, heads, grads):
+    def ops(self, heads):
         """The head-ignoring ops on the way to ``heads``.
 
         Parameters
         ----------
         heads : list of NDArray
             The losses, inside or just after ``autograd.record()``, before their backward.
-        grads : list of NDArray
-            The gradient arrays that backward writes (for the probe of a hybridized block that is
-            gone).
 
         Returns
         -------
@@ -195,12 +187,14 @@ class HeadCheck:
         """
         ops, key, cached = _graph(heads)
         if key not in self._answers:
-            found = sorted(set(ops) & LOSS_HEADS)
+            found = set(ops) & LOSS_HEADS
             if not found and cached:
-                found, unknown = _cached_ops(cached)
-                if not found and unknown and _probe(heads, grads):
-                    found = ["a hybridized block"]
-            self._answers[key] = found
+                unseen = [signature for signature in cached if signature not in self._blocks]
+                if unseen:
+                    self._blocks.update(_cached_ops(unseen))
+                found = set().union(*(self._blocks.get(signature, {UNREAD_BLOCK})
+                                      for signature in cached))
+            self._answers[key] = sorted(found)
         return self._answers[key]
 
 
@@ -234,6 +228,13 @@ def describe(ops, where=boundary_scale.NO_CAST_NETWORK):
     """``(level, sentence)`` a Trainer logs (once per case) when a loss ignores its head gradient,
     for ``where`` the scale goes (:func:`mxfp16.scaling.boundary.where_scale_goes`)."""
     level, what = _WHERE[where]
+    if UNREAD_BLOCK in ops:
+        return level, (
+            f"the loss passes through {UNREAD_BLOCK} (a hybridized block made anew for the step "
+            "or hybridized again before the backward, or a CachedOp made by hand), so mxfp16 "
+            "cannot tell whether an op in it ignores the head gradient (SoftmaxOutput, MakeLoss, "
+            f"*RegressionOutput) and treats the loss as one that does: {what}. Keep the block "
+            "from step to step to let mxfp16 read its graph")
     return level, (f"the loss passes through {', '.join(ops)}, whose backward ignores the head "
                    "gradient (GluonCV's segmentation losses are built on SoftmaxOutput), so a "
                    f"scale multiplied into the loss would not reach the gradients: {what}")
@@ -262,7 +263,7 @@ class HeadScaling:
     >>> w.attach_grad()
     >>> with autograd.record():
     ...     loss = mx.nd.MakeLoss((w * 2).sum())
-    >>> HeadScaling('doctest').start([loss], lambda: [w.grad], [], 1024.0)
+    >>> HeadScaling('doctest').start([loss], [], 1024.0)
     'none'
     """
 
@@ -273,15 +274,15 @@ class HeadScaling:
         self._logged = set()
         self._pending = None
 
-    def start(self, heads, grads, params, scale):
-        """How ``scale`` reaches the gradients of ``heads`` (see the class); ``grads()`` gives the
-        gradient arrays (for :meth:`HeadCheck.ops`), ``params`` the Trainer's parameters."""
+    def start(self, heads, params, scale):
+        """How ``scale`` reaches the gradients of ``heads`` (see the class); ``params`` are the
+        Trainer's parameters.  Runs no backward: the gradients are untouched."""
         self.finish()
         boundary_scale.finish_pending()  # another Trainer's, never stepped: not into this one
         since, self._since = self._since, boundary_scale.recorded_calls()
         if scale == 1.0:
             return "head"
-        ops = self._check.ops(heads, grads())
+        ops = self._check.ops(heads)
         if not ops:
             return "head"
         where = boundary_scale.where_scale_goes(since)
