@@ -65,6 +65,17 @@ def test_accuracy_parity_quick(load_benchmark, tmp_path):
     assert (tmp_path / "accuracy_parity_loss.png").stat().st_size > 0
 
 
+def test_awd_lstm_parity_quick_float16_is_the_same_with_the_head_check_bypassed(load_benchmark,
+                                                                               tmp_path):
+    record, markdown = run_quick(load_benchmark("awd_lstm_parity"), tmp_path)
+    runs = {run["mode"]: run for run in record["runs"]}
+    assert list(runs) == ["float32", "float16", "float16-bypass"]
+    assert len(table_rows(markdown)) == 3
+    assert all(math.isfinite(run["best_val_ppl"]) for run in runs.values())
+    for key in ("train_losses", "val_ppls"):  # issue 34: bit for bit
+        assert runs["float16"][key] == runs["float16-bypass"][key]
+
+
 def test_loss_scaling_matters_quick_shows_underflow(load_benchmark, tmp_path):
     module = load_benchmark("loss_scaling_matters")
     record, markdown = run_quick(module, tmp_path)
