@@ -17,15 +17,24 @@ LAUNCHERS = ("local", "ssh", "horovod")
 #: The address of a local job: nothing listens beyond this machine.
 LOCAL_HOST = "127.0.0.1"
 
-#: Variables an ssh launch passes on when they are set here, as dmlc's ssh launcher does:
-#: thread count, library paths, the network interface ps-lite should use, ps-lite's log level.
-FORWARDED_ENV = ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "LD_LIBRARY_PATH", "PYTHONPATH",
-                 "DMLC_INTERFACE", "PS_VERBOSE")
+#: Variables an ssh launch passes on when they are set here, by prefix: MXNet's, ps-lite's, OpenMP's
+#: (GNU and Intel), glibc malloc's (``MALLOC_MMAP_THRESHOLD_`` of long runs) and mxfp16's own.
+FORWARDED_PREFIXES = ("MXNET_", "DMLC_", "PS_", "OMP_", "KMP_", "MALLOC_", "MXFP16_")
 
-#: Options of every ssh call: no host-key prompt, no password prompt (fail instead of hanging),
-#: and a remote terminal, so the remote command is hung up when the local ssh client stops.
-SSH_OPTIONS = ("-tt", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes")
+#: ...and these by name: the library and module paths.
+FORWARDED_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH")
 
+#: Options of every ssh call: no password or host-key prompt (fail instead of hanging), a bound on
+#: the connection time.  No ``-t``: the remote output stays plain text (no CRLF, no "Connection
+#: to X closed."); the remote agent (:mod:`mxfp16.train.remote_agent`) carries the signals.
+SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+               "-o", "StrictHostKeyChecking=accept-new")
+
+#: The variable that marks every process of one job, on every host (see ``remote_agent sweep``).
+JOB_VARIABLE = "MXFP16_JOB_ID"
+
+#: Seconds a remote agent gives its process between SIGTERM and SIGKILL once the launcher is gone.
+AGENT_GRACE = 25.0
 
 class LaunchError(ValueError):
     """A job that cannot be launched as asked (bad counts, command, hostfile or launcher)."""
@@ -39,19 +48,27 @@ class LaunchTimeout(RuntimeError):
 class ProcessSpec:
     """One process of a job: its role, launch index, host, command line and added environment.
 
-    For an ssh process ``argv`` is the local ssh call and ``env`` is empty (the variables are
-    exported inside the remote command); otherwise ``env`` is added to this environment.
+    For a remote process ``argv`` is the local ssh call, ``env`` is empty (the variables are
+    exported inside the remote command), ``remote`` is the :class:`mxfp16.train.hosts.Host` and
+    ``command`` the command it runs there; otherwise ``env`` is added to this environment.
     """
     role: str
     index: int
     host: str
     argv: tuple
     env: dict = field(default_factory=dict)
+    remote: object = None
+    command: tuple = ()
 
     @property
     def name(self):
         """``'worker 0'``, ``'server 1'``, ``'scheduler 0'``."""
         return f"{self.role} {self.index}"
+
+    @property
+    def shown(self):
+        """The command line to show: the remote command of an ssh process, else ``argv``."""
+        return shlex.join(self.command or self.argv)
 
 
 def dmlc_env(role, num_workers, num_servers, root_uri, root_port, node_host=None, task_id=None):
@@ -109,88 +126,72 @@ def free_port(host=LOCAL_HOST):
         return sock.getsockname()[1]
 
 
-def read_hostfile(path):
-    """The hosts of a hostfile: one ``host`` or ``host:ssh_port`` per line.
-
-    Blank lines and ``#`` comments are skipped.
-
-    Returns
-    -------
-    list of str
-
-    Raises
-    ------
-    LaunchError
-        If the file cannot be read or names no host.
+def forwarded_env(environ=None):
+    """The variables of ``environ`` (default: this one) that remote processes get by default:
+    :data:`FORWARDED_PREFIXES` and :data:`FORWARDED_NAMES`.
 
     Examples
     --------
-    >>> import os, tempfile
-    >>> with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as hostfile:
-    ...     _ = hostfile.write('node1\\n# spare: node3\\n\\nnode2:2222\\n')
-    >>> read_hostfile(hostfile.name)
-    ['node1', 'node2:2222']
-    >>> os.remove(hostfile.name)
+    >>> forwarded_env({'OMP_NUM_THREADS': '4', 'MALLOC_ARENA_MAX': '2', 'HOME': '/root'})
+    {'OMP_NUM_THREADS': '4', 'MALLOC_ARENA_MAX': '2'}
     """
-    try:
-        with open(path) as lines:
-            hosts = [line.split("#", 1)[0].strip() for line in lines]
-    except OSError as error:
-        raise LaunchError(f"cannot read hostfile {path!r} ({error.strerror}): pass -H with a "
-                          "file listing one host (or host:ssh_port) per line") from None
-    hosts = [host for host in hosts if host]
-    if not hosts:
-        raise LaunchError(f"hostfile {path!r} names no host: list one host (or host:ssh_port) "
-                          "per line")
-    return hosts
+    environ = os.environ if environ is None else environ
+    return {name: value for name, value in environ.items()
+            if name.startswith(FORWARDED_PREFIXES) or name in FORWARDED_NAMES}
 
 
-def split_host(entry):
-    """``'node1:2222'`` -> ``('node1', 2222)``; without a port, ssh's default 22.
+def agent_source():
+    """The text of :mod:`mxfp16.train.remote_agent`, which remote hosts run with ``python -c``."""
+    with open(os.path.join(os.path.dirname(__file__), "remote_agent.py")) as source:
+        return source.read()
+
+
+def ssh_argv(host, remote_command):
+    """The local ssh call that runs the shell command line ``remote_command`` on ``host``.
 
     Examples
     --------
-    >>> split_host('node1:2222'), split_host('10.0.0.5')
-    (('node1', 2222), ('10.0.0.5', 22))
+    >>> from mxfp16.train.hosts import parse_host
+    >>> ssh_argv(parse_host('admin@node2:2222'), 'true')[-4:]
+    ['-p', '2222', 'admin@node2', 'true']
     """
-    host, _, port = str(entry).strip().partition(":")
-    if not host or (port and not port.isdigit()):
-        raise LaunchError(f"bad host entry {entry!r}: write 'host' or 'host:ssh_port', "
-                          "e.g. node1:22")
-    return host, int(port or 22)
+    port = ["-p", str(host.port)] if host.port else []
+    return ["ssh", *SSH_OPTIONS, *port, host.target, remote_command]
 
 
-def ssh_command(host, command, env, workdir, port=22):
-    """The local ssh call that runs ``command`` on ``host`` in ``workdir`` with ``env`` exported.
-
-    Parameters
-    ----------
-    host : str
-    command : sequence of str
-        The remote command line, one argument per item (quoted for the remote shell here).
-    env : dict of str to str
-        Variables exported before the command.
-    workdir : str
-        The remote working directory.
-    port : int
-        The ssh port.
-
-    Returns
-    -------
-    list of str
+def remote_shell_command(command, env, workdir, agent=None):
+    """The shell command line that runs ``command`` in ``workdir`` with ``env`` exported, under the
+    remote agent when ``agent`` (``[python, '-c', source, 'run', grace, mode, '--']``) is given.
 
     Examples
     --------
-    >>> ssh_command('node1', ['python', 'train.py', '--lr', '0.1'], {'DMLC_ROLE': 'worker'},
-    ...             '/data/run 1', port=2222)[-3:]
-    ['2222', 'node1', "cd '/data/run 1' && export DMLC_ROLE=worker && exec python train.py --lr 0.1"]
+    >>> remote_shell_command(['python', 'train.py', '--lr', '0.1'], {'DMLC_ROLE': 'worker'},
+    ...                      '/data/run 1')
+    "cd '/data/run 1' && export DMLC_ROLE=worker && exec python train.py --lr 0.1"
     """
     exports = " ".join(f"{name}={shlex.quote(str(value))}" for name, value in env.items())
     remote = f"cd {shlex.quote(workdir)} && "
     if exports:
         remote += f"export {exports} && "
-    remote += "exec " + " ".join(shlex.quote(str(arg)) for arg in command)
-    return ["ssh", *SSH_OPTIONS, "-p", str(port), host, remote]
+    return remote + "exec " + shlex.join([str(arg) for arg in [*(agent or []), *command]])
+
+
+def remote_python(command):
+    """The command with a bare ``python``/``python3...`` replaced by this interpreter's absolute
+    path: a remote login shell has no virtualenv on its PATH.  A path (``/opt/venv/bin/python``)
+    or another program is kept.
+
+    Examples
+    --------
+    >>> remote_python(['python', 'train.py'])[0] == sys.executable
+    True
+    >>> remote_python(['/opt/venv/bin/python3', 'train.py'])[0]
+    '/opt/venv/bin/python3'
+    """
+    command = [str(arg) for arg in command]
+    if command and "/" not in command[0] and command[0].startswith("python"):
+        return [sys.executable, *command[1:]]
+    return command
 
 
 def server_python(command):
@@ -234,8 +235,9 @@ def _asks_for_horovod(command):
         flag == "--kv-store" and value == "horovod" for flag, value in zip(args, args[1:]))
 
 
+
 def plan_processes(command, num_workers, num_servers, launcher="local", hosts=None,
-                   root_uri=LOCAL_HOST, root_port=9091, env=None, workdir=None):
+                   root_uri=LOCAL_HOST, root_port=9091, env=None, workdir=None, job_id=None):
     """Every process of a job: the scheduler, the servers and the workers, in start order.
 
     Parameters
@@ -245,8 +247,8 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     num_workers, num_servers : int
     launcher : {'local', 'ssh', 'horovod'}
         ``horovod``: one process, horovodrun, which starts the workers (:func:`horovodrun_argv`).
-    hosts : list of str or None
-        ``host``, ``host:ssh_port`` or ``user@host[:ssh_port]`` entries (ssh, horovod).
+    hosts : list of mxfp16.train.hosts.Host or None
+        The machines, their addresses resolved (ssh, horovod).
     root_uri : str
         The scheduler's address, on this machine.
     root_port : int
@@ -255,6 +257,8 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
         Extra variables for the servers and workers.
     workdir : str or None
         The remote working directory (ssh; default: the current directory).
+    job_id : str or None
+        Exported as :data:`JOB_VARIABLE` to every process, which marks them on every host.
 
     Returns
     -------
@@ -275,46 +279,52 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     """
     command = [str(arg) for arg in (command or [])]
     check_job(command, num_workers, num_servers, launcher, hosts)
+    extra = dict(env or {}, **({JOB_VARIABLE: job_id} if job_id else {}))
     if launcher == "horovod":  # horovodrun starts and numbers the workers; no servers
         return [ProcessSpec("horovodrun", 0, LOCAL_HOST,
-                            tuple(horovodrun_argv(command, num_workers, hosts)), dict(env or {}))]
-    python = server_python(command)
-    common = dict(num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
-                  root_port=root_port)
+                            tuple(horovodrun_argv(command, num_workers, hosts)), extra)]
+    job = dict(num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
+               root_port=root_port)
+    python = server_python(remote_python(command) if launcher == "ssh" else command)
     specs = [ProcessSpec("scheduler", 0, root_uri, (python, "-c", "import mxnet"),
-                         dict(env or {}, **dmlc_env("scheduler", **common)))]
+                         dict(extra, **dmlc_env("scheduler", **job)))]
     roles = [("server", num_servers, [python, "-c", "import mxnet"], num_workers),
              ("worker", num_workers, command, 0)]
-    placement = hosts if launcher == "ssh" else [LOCAL_HOST]
     for role, count, argv, first_task in roles:
         for index in range(count):  # round-robin over the hosts
-            host, ssh_port = split_host(placement[index % len(placement)])
-            address = host.rpartition("@")[2]  # 'user@node1' listens on node1
-            variables = dict(env or {}, **dmlc_env(role, node_host=address,
-                                                   task_id=first_task + index, **common))
-            if launcher == "ssh":
-                forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-                remote = ssh_command(host, argv, dict(forwarded, **variables),
-                                     workdir or os.getcwd(), port=ssh_port)
-                specs.append(ProcessSpec(role, index, address, tuple(remote)))
-            else:
-                specs.append(ProcessSpec(role, index, host, tuple(argv), variables))
+            host = hosts[index % len(hosts)] if launcher == "ssh" else None
+            variables = dict(extra, **dmlc_env(role, node_host=host.address if host else LOCAL_HOST,
+                                               task_id=first_task + index, **job))
+            specs.append(_remote_spec(role, index, host, argv, variables, workdir) if host else
+                         ProcessSpec(role, index, LOCAL_HOST, tuple(argv), variables))
     return specs
+
+
+def _remote_spec(role, index, host, argv, variables, workdir):
+    """An ssh process: the agent runs ``argv`` on ``host`` with the forwarded variables and
+    ``variables``, reading its control words from the launcher through ssh's stdin."""
+    command = remote_python(argv)
+    agent = [server_python(command), "-c", agent_source(), "run", str(AGENT_GRACE), "stdin", "--"]
+    remote = remote_shell_command(command, dict(forwarded_env(), **variables),
+                                  workdir or os.getcwd(), agent)
+    return ProcessSpec(role, index, host.address, tuple(ssh_argv(host, remote)), remote=host,
+                       command=tuple(command))
 
 
 def horovodrun_argv(command, num_workers, hosts=None):
     """The horovodrun call that runs ``command`` as ``num_workers`` Horovod processes over Gloo.
 
-    On this machine (``-H localhost:N``), or spread evenly over ``hosts`` (``-H host:slots,...``;
-    horovodrun reaches them with ssh).  The command is handed over as one ``sh -c 'exec ...'``
-    argument: horovodrun's own parser reads options anywhere in its command line and fails on an
-    abbreviation of its options, and the examples' ``--network`` abbreviates both
-    ``--network-interface`` and ``--network-interfaces``.
+    On this machine (``-H localhost:N``), or spread evenly over ``hosts`` (``-H address:slots,...``
+    and ``-p`` with their ssh port; horovodrun reaches them with ssh, and each process runs under
+    the remote agent, which stops it when its ssh connection closes).  The command is handed over
+    as one ``sh -c 'exec ...'`` argument: horovodrun's own parser reads options anywhere in its
+    command line and fails on an abbreviation of its options, and the examples' ``--network``
+    abbreviates both ``--network-interface`` and ``--network-interfaces``.
 
     Raises
     ------
     LaunchError
-        When horovodrun is not installed.
+        When horovodrun is not installed, or the hosts have different ssh ports.
 
     Examples
     --------
@@ -326,32 +336,18 @@ def horovodrun_argv(command, num_workers, hosts=None):
         from ...distributed.horovod import INSTALL_COMMAND  # imports MXNet: only on this error
         raise LaunchError("horovodrun is not installed (it comes with Horovod, which builds "
                           f"against the installed MXNet): {INSTALL_COMMAND}")
-    if hosts:
-        slots = math.ceil(num_workers / len(hosts))
-        placement = ",".join(f"{split_host(host)[0]}:{slots}" for host in hosts)
-    else:
-        placement = f"localhost:{num_workers}"
-    return [horovodrun, "-np", str(num_workers), "-H", placement, "--gloo",
-            "sh", "-c", "exec " + shlex.join(command)]
-
-
-def default_root_uri(launcher):
-    """The scheduler's address: 127.0.0.1 for a local job, this machine's address for ssh.
-
-    Raises
-    ------
-    LaunchError
-        If the host name of this machine resolves to a loopback address (ssh only).
-
-    Examples
-    --------
-    >>> default_root_uri('local')
-    '127.0.0.1'
-    """
-    if launcher != "ssh":
-        return LOCAL_HOST
-    address = socket.gethostbyname(socket.gethostname())
-    if address.startswith("127."):
-        raise LaunchError(f"this machine's name resolves to {address}, which other machines "
-                          "cannot reach: pass --host-ip with its network address")
-    return address
+    if not hosts:
+        return [horovodrun, "-np", str(num_workers), "-H", f"localhost:{num_workers}", "--gloo",
+                "sh", "-c", "exec " + shlex.join(command)]
+    ports = sorted({host.port or 22 for host in hosts})
+    if len(ports) > 1:
+        raise LaunchError(f"horovodrun takes one ssh port for every host, the hostfile has "
+                          f"{', '.join(map(str, ports))}: use one port, or set Port per host in "
+                          "~/.ssh/config")
+    slots = math.ceil(num_workers / len(hosts))
+    placement = ",".join(f"{host.user + '@' if host.user else ''}{host.address}:{slots}"
+                         for host in hosts)
+    command = remote_python(command)
+    agent = [server_python(command), "-c", agent_source(), "run", str(AGENT_GRACE), "stdout", "--"]
+    return [horovodrun, "-np", str(num_workers), "-H", placement, "-p", str(ports[0]), "--gloo",
+            "sh", "-c", "exec " + shlex.join(agent + command)]

@@ -1,0 +1,135 @@
+"""The small program that runs on a remote host around each process of a job the launcher started.
+
+Standalone on purpose (the standard library only, no mxfp16 import): the launcher sends this file's
+text as ``python -c`` through ssh, so nothing needs installing on the hosts.  Three commands::
+
+    python -c AGENT run GRACE stdin|stdout -- COMMAND...   # runs COMMAND, supervised
+    python -c AGENT sweep JOB_ID                          # kills what is left of a job here
+    python -c AGENT probe                                 # prints this host's name and its address
+
+**run.**  COMMAND starts in a session (and process group) of its own.  The agent passes on
+SIGTERM, SIGINT and SIGHUP it receives to that group as SIGTERM (SIGINT stays SIGINT), reads
+control words from stdin (``stdin`` mode: ``TERM``, ``INT``, ``KILL`` signal the group; the end of
+stdin, i.e. the launcher or its ssh client gone, stops it) and watches its stdout (when the ssh
+channel behind it closes, the group is stopped): SIGTERM, then SIGKILL after GRACE seconds.  Once
+COMMAND has exited, what it left in its group is killed, and the agent exits with COMMAND's
+status, 128 + N for a signal N (ssh passes that on, where it would report 255 for a killed remote
+process).  A COMMAND that cannot start is one ``error:`` line and status 127.
+
+**sweep.**  Every process on this host whose environment holds ``MXFP16_JOB_ID=JOB_ID`` (the
+launcher exports it to every process of the job, and children inherit it) gets SIGKILL; one line
+per process killed.
+"""
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+JOB_VARIABLE = "MXFP16_JOB_ID"
+CONTROL_WORDS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
+
+
+def signal_group(pgid, signum):
+    try:
+        os.killpg(pgid, signum)
+    except OSError:  # the group is gone already
+        pass
+
+
+def stop_group(pgid, grace):
+    """SIGTERM to the group, SIGKILL after ``grace`` seconds if any member is left."""
+    signal_group(pgid, signal.SIGTERM)
+    limit = time.monotonic() + grace
+    while time.monotonic() < limit:
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.1)
+    signal_group(pgid, signal.SIGKILL)
+
+
+def read_control(pgid, grace):
+    """Signal the group on each control word from stdin; stop it when stdin ends."""
+    for line in sys.stdin.buffer:
+        signum = CONTROL_WORDS.get(line.strip().decode(errors="replace"))
+        if signum:
+            signal_group(pgid, signum)
+    stop_group(pgid, grace)
+
+
+def watch_stdout(pgid, grace):
+    """Stop the group once nothing reads this process's stdout any more (the ssh channel closed)."""
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), 0)  # only POLLERR / POLLHUP, which are always reported
+    while not poller.poll(1000):
+        pass
+    stop_group(pgid, grace)
+
+
+def run(grace, mode, command):
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as error:
+        print(f"error: cannot start {command[0]!r} on {os.uname().nodename}: {error.strerror}",
+              flush=True)
+        return 127
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        passed = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+        signal.signal(signum, lambda *_, sig=passed: signal_group(child.pid, sig))
+    watchers = [watch_stdout] + ([read_control] if mode == "stdin" else [])
+    for watcher in watchers:
+        threading.Thread(target=watcher, args=(child.pid, grace), daemon=True).start()
+    code = child.wait()
+    signal_group(child.pid, signal.SIGKILL)  # whatever the command left behind in its group
+    return 128 - code if code < 0 else code
+
+
+def sweep(job_id):
+    """SIGKILL every process of job ``job_id`` on this host; the number killed."""
+    marker = f"{JOB_VARIABLE}={job_id}".encode()
+    killed = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if marker not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                name = cmdline.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        killed += 1
+        print(f"killed {pid}: {name}", flush=True)
+    return 0
+
+
+def probe():
+    import socket
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError:
+        address = "unresolved"
+    print(name, address, flush=True)
+    return 0
+
+
+def main(argv):
+    if argv[:1] == ["run"] and argv[3:4] == ["--"]:
+        return run(float(argv[1]), argv[2], argv[4:])
+    if argv[:1] == ["sweep"] and len(argv) == 2:
+        return sweep(argv[1])
+    if argv == ["probe"]:
+        return probe()
+    print(f"error: usage: run GRACE stdin|stdout -- COMMAND | sweep JOB_ID | probe; got {argv}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
