@@ -3,6 +3,7 @@ or a Horovod job through horovodrun.
 
     python scripts/launch.py -n 2 -s 1 -- python scripts/train_imagenet.py --kv-store dist_sync ...
     python scripts/launch.py -n 4 -s 2 -H hosts.txt -- python scripts/train_imagenet.py ...
+    python scripts/launch.py --launcher horovod -n 2 -H hosts.txt -- python ...
     python scripts/launch.py --launcher horovod -n 2 -- python scripts/train_imagenet.py \
         --kv-store horovod --network resnet50_v1 ...
 
@@ -15,24 +16,33 @@ in the input print one ``error: ...`` line and exit with code 2.
 import argparse
 import logging
 import os
+import shlex
 import sys
 
-from mxfp16.train.launch.plan import LAUNCHERS, LaunchError, LaunchTimeout, read_hostfile
+from mxfp16.train.launch.hosts import read_hostfile
 from mxfp16.train.launch.launcher import launch
+from mxfp16.train.launch.plan import (FORWARDED_NAMES, FORWARDED_PREFIXES, LAUNCH_COMMAND_VARIABLE,
+                                      LAUNCHERS, LaunchError, LaunchTimeout)
 
 #: Exit code after --timeout (as timeout(1)) and after Ctrl-C (as a shell).
 TIMEOUT_EXIT, INTERRUPT_EXIT = 124, 130
 
 
 def get_args_parser():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    forwarded = ", ".join([name + "*" for name in FORWARDED_PREFIXES] + list(FORWARDED_NAMES))
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=f"With -H, the servers and workers get these variables of this environment: "
+               f"{forwarded}; --env adds others. ssh reads ~/.ssh/config (User, Port, "
+               f"IdentityFile per host) and never asks for a password (BatchMode).")
     parser.add_argument("-n", "--num-workers", type=int, required=True,
                         help="number of worker processes")
     parser.add_argument("-s", "--num-servers", type=int, default=None,
                         help="number of server processes (default: the number of workers)")
     parser.add_argument("-H", "--hostfile", default=None,
-                        help="file listing the machines, one host or host:ssh_port per line; "
-                             "implies --launcher ssh (default: none, all on this machine)")
+                        help="file listing the machines, one host, user@host or host:ssh_port "
+                             "per line; implies --launcher ssh (default: none, all on this "
+                             "machine)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
                         help="where the servers and workers run; horovod: horovodrun over Gloo "
                              "starts the workers, no servers (default: ssh with a hostfile, "
@@ -67,24 +77,31 @@ def parse_env(items):
     return env
 
 
-def run(args):
-    """Launch the job described by the parsed arguments; return its exit code."""
+def run(args, typed):
+    """Launch the job described by the parsed arguments; return its exit code.
+
+    ``typed`` is the launch command as the user typed it, which the workers' "resume with:" line
+    repeats.
+    """
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     hosts = read_hostfile(args.hostfile) if args.hostfile else None
     launcher = args.launcher or ("ssh" if hosts else "local")
+    env = dict(parse_env(args.env), **{LAUNCH_COMMAND_VARIABLE: shlex.join(typed)})
     return launch(command, args.num_workers, args.num_servers, launcher=launcher, hosts=hosts,
-                  timeout=args.timeout, root_uri=args.host_ip, env=parse_env(args.env),
-                  log_dir=args.log_dir)
+                  timeout=args.timeout, root_uri=args.host_ip, env=env, log_dir=args.log_dir)
 
 
 def main(argv=None):
     """Run the script; return the exit code (the job's, or 2 on a user error)."""
+    script = sys.argv[0] if argv is None else os.path.relpath(__file__)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s: %(message)s")
     try:
-        return run(args)
-    except LaunchError as error:
-        print(f"error: {error}", file=sys.stderr)
+        return run(args, [script, *argv])
+    except LaunchError as error:  # one line per problem (one per unusable host)
+        for line in str(error).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     except LaunchTimeout as error:
         print(f"error: {error}", file=sys.stderr)

@@ -7,12 +7,14 @@ loss scale.  Programming errors still raise, with their traceback.
 import contextlib
 import logging
 import os
+import shlex
 import sys
 
 from ..distributed.horovod import HorovodUnavailable
 from ..scaling.scalers import LossScaleCollapse
 from .cli.config import contexts, device_line
 from .launch.horovod_start import check_not_under_horovodrun, start_horovod
+from .launch.plan import LAUNCH_COMMAND_VARIABLE
 from .logs import format_value, run_files, run_logging
 from .state.prefix import check_log_file, claim_prefix, claims_early, log_removed
 from .progress import TrainingStopped, resume_command, stopped_line
@@ -79,6 +81,20 @@ def use_safe_accumulation(dtype, ctx, environ=None):
     environ[SAFE_ACCUMULATION] = "1"
     return (f"set {SAFE_ACCUMULATION}=1: float16 reductions (softmax, norms, sums) on the GPUs "
             f"accumulate in float32; export {SAFE_ACCUMULATION}=0 to keep float16 accumulation")
+
+
+def launch_argv(environ=None):
+    """The launch command of this run as its user typed it (``scripts/launch.py ... -- ...``, set
+    by the launcher), as a list; None outside a launched job.
+
+    Examples
+    --------
+    >>> launch_argv({'MXFP16_LAUNCH_COMMAND': "scripts/launch.py -n 2 -- python t.py --lr '0.1'"})
+    ['scripts/launch.py', '-n', '2', '--', 'python', 't.py', '--lr', '0.1']
+    """
+    environ = os.environ if environ is None else environ
+    typed = environ.get(LAUNCH_COMMAND_VARIABLE)
+    return shlex.split(typed) if typed else None
 
 
 def _horovod_rank(config):
@@ -148,7 +164,8 @@ def run_job(parser, config_type, job, argv=None):
                     record = job(config, metrics_path=metrics_path)
                 except TrainingStopped as stopped:  # a stop signal: saved, one line, 143 / 130
                     if stopped.rank == 0:
-                        command = resume_command([sys.argv[0], *argv], stopped.prefix or "PREFIX")
+                        command = resume_command(launch_argv() or [sys.argv[0], *argv],
+                                                 stopped.prefix or "PREFIX")
                         log.warning(stopped_line(stopped, command))
                     return stopped.exit_code
     except (ValueError, OSError, LossScaleCollapse, HorovodUnavailable) as error:

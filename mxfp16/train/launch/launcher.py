@@ -23,17 +23,25 @@ scheduler, not the launch order) and ``kv.num_workers``.
 **Local launcher.**  Every process runs here with this environment plus the variables below and
 ``DMLC_NODE_HOST=127.0.0.1``, so ps-lite listens and connects on 127.0.0.1 only.
 
-**ssh launcher.**  The hostfile lists one machine per line, ``host``, ``host:ssh_port`` or
-``user@host[:ssh_port]`` (blank lines and ``#`` comments are skipped).  Worker ``i`` runs on host
-``i % len(hosts)`` and server ``j`` on host ``j % len(hosts)``, each through
-``ssh -tt -o StrictHostKeyChecking=no -o BatchMode=yes -p PORT HOST 'cd DIR && export ... && exec
-COMMAND'``: ``DIR`` is the current directory (the code and data must be at the same path on every
-machine, e.g. a shared file system), the exports are the variables below, ``DMLC_NODE_HOST=HOST``,
-the variables of :data:`FORWARDED_ENV` that are set here, and those passed with ``env``.  ``-tt``
-gives the remote command a terminal, so that stopping the local ssh client hangs it up.  Every
-machine must reach the scheduler at ``root_uri`` (default: this machine's address from its host
-name; pass ``--host-ip`` when that resolves to a loopback address) and every other machine on the
-ports ps-lite picks.
+**ssh launcher.**  The hostfile lists one machine per line, ``host``, ``user@host`` or
+``host:ssh_port`` (see :mod:`.hosts`).  Before anything starts, the names are resolved here (ps-lite
+binds to ``DMLC_NODE_HOST``, which must be an address; a name that resolves to loopback in a job of
+several machines is an error) and every host is logged in to with ``ssh -o BatchMode=yes -o
+ConnectTimeout=10``: an unreachable host, one that asks for a password, or one without the
+interpreter is one error line each.  Worker ``i`` runs on host ``i % len(hosts)`` and server ``j``
+on host ``j % len(hosts)``, each through ``ssh HOST 'cd DIR && export ... && exec PYTHON -c AGENT
+run ... -- COMMAND'``: ``DIR`` is the current directory (the code, the Python and the data must be
+at the same path on every machine, e.g. a shared file system), a bare ``python`` in the command
+becomes this interpreter's absolute path, and the exports are the variables below,
+``DMLC_NODE_HOST=<address>``, those of :data:`.plan.FORWARDED_PREFIXES` and
+:data:`.plan.FORWARDED_NAMES` set here, and those passed with ``env``.  The agent
+(:mod:`.remote_agent`) runs the command in a process group of its own, signals that group on the
+launcher's word (sent through ssh's stdin), stops it when the launcher or the connection is gone,
+and exits with the command's status (128 + N for a signal N, where ssh alone would say 255).  The
+scheduler's default address is this machine's address on the route to the other hosts (pass
+``--host-ip`` otherwise); every machine must reach it and every other machine on the ports ps-lite
+picks.  Once the job has ended, each host is swept over ssh: any process of the job still there
+(marked by :data:`.plan.JOB_VARIABLE` in its environment) is killed and logged.
 
 **Environment of every process**: ``DMLC_ROLE`` (scheduler, server or worker),
 ``DMLC_PS_ROOT_URI`` and ``DMLC_PS_ROOT_PORT`` (the scheduler's address), ``DMLC_NUM_SERVER``,
@@ -55,8 +63,10 @@ checks all of this on a real job).
 workers.  Once all have exited with 0, it gives the servers and scheduler
 :data:`SERVER_EXIT_GRACE` seconds to exit and returns 0.  The first worker (or server, or scheduler) to fail
 decides the exit code (a signal N counts as 128 + N), and every other process is stopped: SIGTERM
-to its process group (each process runs in a session of its own), SIGKILL after
-:data:`KILL_GRACE` seconds.  The same happens after ``timeout`` seconds (:class:`LaunchTimeout`).
+to its process group (each process runs in a session of its own; a remote one through its
+agent), SIGKILL after :data:`KILL_GRACE` seconds.  With ``log_dir``, the first error line of a
+failed process's log is shown with the failure.  The same happens after ``timeout`` seconds
+(:class:`LaunchTimeout`).
 
 **Preemption.**  SIGTERM to the launcher (a scheduler's notice) or Ctrl-C is passed to the workers
 first, and the servers and scheduler keep running while the workers stop: mxfp16's training
@@ -68,16 +78,20 @@ everything at once.
 import logging
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
 import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .plan import (LaunchError, LaunchTimeout, ProcessSpec, check_job, default_root_uri,
-                          free_port, plan_processes)
+from .hosts import Host, parse_host, probe_hosts, resolve_hosts, route_address
+from .plan import (LOCAL_HOST, LaunchError, LaunchTimeout, ProcessSpec, agent_source, check_job,
+                   free_port, plan_processes, remote_python, server_python, ssh_argv)
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +105,18 @@ KILL_GRACE = 3.0
 #: the grace periods of spot instances and Kubernetes (30 s and more).
 WORKER_STOP_GRACE = 25.0
 
+#: Seconds the ssh clients get to exit after their remote processes were killed; then they are.
+REMOTE_EXIT_GRACE = 5.0
+
 #: Seconds between two looks at the processes.
 POLL_INTERVAL = 0.1
 
 #: Processes whose success is the job's: the workers, or horovodrun, which runs them.
 WORKER_ROLES = ("worker", "horovodrun")
+
+#: What counts as the error line of a failed process's log: ``error: ...`` (mxfp16's scripts, the
+#: remote agent), an exception's last line, or a missing file or program.
+ERROR_LINE = re.compile(r"^(error:|[\w.]*(Error|Exception)\b)|No such file|not found|denied")
 
 
 @dataclass
@@ -106,23 +127,23 @@ class _Running:
 
 
 def _start(spec, log_dir):
-    """Start one process in a session (and process group) of its own."""
+    """Start one process in a session (and process group) of its own; a remote one's ssh client
+    gets a pipe as stdin, which carries the control words to its agent."""
     log_file = None
     if log_dir is not None:
         os.makedirs(log_dir, exist_ok=True)
         log_file = open(os.path.join(log_dir, f"{spec.role}-{spec.index}.log"), "wb")
     try:
         popen = subprocess.Popen(list(spec.argv), env=dict(os.environ, **spec.env),
-                                 stdin=subprocess.DEVNULL, stdout=log_file,
-                                 stderr=subprocess.STDOUT if log_file else None,
+                                 stdin=subprocess.PIPE if spec.remote else subprocess.DEVNULL,
+                                 stdout=log_file, stderr=subprocess.STDOUT if log_file else None,
                                  start_new_session=True)
     except OSError as error:
         if log_file:
             log_file.close()
         raise LaunchError(f"cannot start {spec.name} ({spec.argv[0]!r}: {error.strerror}): "
                           "check the command and that it is on PATH") from None
-    log.info("started %s on %s (pid %d): %s", spec.name, spec.host, popen.pid,
-             shlex.join(spec.argv))
+    log.info("started %s on %s (pid %d): %s", spec.name, spec.host, popen.pid, spec.shown)
     return _Running(spec, popen, log_file)
 
 
@@ -153,12 +174,42 @@ def _returncode(proc):
 
 
 def _first_failure(running):
-    """(name, exit code) of a process that exited with an error, or None."""
+    """(process, exit code) of a process that exited with an error, or None."""
     for proc in running:
         code = _returncode(proc)
         if code:
-            return proc.spec.name, exit_code(code)
+            return proc, exit_code(code)
     return None
+
+
+def first_error_line(path):
+    """The first line of the log at ``path`` that says what went wrong (:data:`ERROR_LINE`), or
+    None.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile('w', suffix='.log', delete=False) as log_file:
+    ...     _ = log_file.write('Traceback (most recent call last):\\n  File "<string>", line 1\\n'
+    ...                        "ModuleNotFoundError: No module named 'mxnet'\\n")
+    >>> first_error_line(log_file.name)
+    "ModuleNotFoundError: No module named 'mxnet'"
+    """
+    try:
+        with open(path, errors="replace") as lines:
+            return next((line.strip() for line in lines if ERROR_LINE.search(line.strip())), None)
+    except OSError:
+        return None
+
+
+def _report_failure(proc, code):
+    where = f" on {proc.spec.host}" if proc.spec.remote else ""
+    why = " (ssh's code: the connection failed or was lost)" if proc.spec.remote and code == 255 \
+        else ""
+    log.error("%s%s failed with exit code %d%s: stopping the job", proc.spec.name, where, code, why)
+    line = first_error_line(proc.log_file.name) if proc.log_file else None
+    if line:
+        log.error("%s's log %s: %s", proc.spec.name, proc.log_file.name, line)
 
 
 def _wait_workers(running, deadline):
@@ -167,7 +218,7 @@ def _wait_workers(running, deadline):
     while True:
         failure = _first_failure(running)
         if failure:
-            log.error("%s failed with exit code %d: stopping the job", *failure)
+            _report_failure(*failure)
             return failure[1]
         if all(_returncode(proc) == 0 for proc in workers):
             log.info("all %d workers finished", len(workers))
@@ -190,11 +241,25 @@ def _wait_servers(running, deadline):
 
 
 def _signal_groups(running, sig):
+    """``sig`` to each process group: here with killpg, on a remote host through its agent."""
     for proc in running:
+        if proc.spec.remote and proc.popen.stdin:
+            try:
+                proc.popen.stdin.write(f"{signal.Signals(sig).name[3:]}\n".encode())
+                proc.popen.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # the ssh client is gone, and with it the remote process (its agent stops it)
+            continue
         try:
             os.killpg(proc.popen.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass  # the group is gone already
+
+
+def _wait_exit(running, grace):
+    limit = time.monotonic() + grace
+    while any(_returncode(proc) is None for proc in running) and time.monotonic() < limit:
+        time.sleep(POLL_INTERVAL)
 
 
 def _stop_workers_first(running, sig, grace=WORKER_STOP_GRACE):
@@ -214,12 +279,25 @@ def _stop_workers_first(running, sig, grace=WORKER_STOP_GRACE):
 
 
 def _stop(running, grace=KILL_GRACE):
-    """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all."""
+    """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.
+
+    A remote process is signalled through its agent; its ssh client then gets
+    :data:`REMOTE_EXIT_GRACE` seconds to bring back the exit status before it is killed too.
+    """
     _signal_groups(running, signal.SIGTERM)
-    limit = time.monotonic() + grace
-    while any(_returncode(proc) is None for proc in running) and time.monotonic() < limit:
-        time.sleep(POLL_INTERVAL)
+    _wait_exit(running, grace)
     _signal_groups(running, signal.SIGKILL)
+    remote = [proc for proc in running if proc.spec.remote]
+    _wait_exit(remote, REMOTE_EXIT_GRACE)
+    for proc in remote:
+        try:
+            proc.popen.stdin.close()  # the end of the agent's stdin: it stops what is left
+        except BrokenPipeError:
+            pass
+        try:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     for proc in running:
         try:
             proc.popen.wait(timeout=grace)
@@ -227,6 +305,29 @@ def _stop(running, grace=KILL_GRACE):
             log.error("%s (pid %d) did not die on SIGKILL", proc.spec.name, proc.popen.pid)
         if proc.log_file:
             proc.log_file.close()
+
+
+def _sweep_host(host, python, job_id):
+    """Kill what is left of job ``job_id`` on ``host`` (:mod:`.remote_agent` ``sweep``)."""
+    command = shlex.join([python, "-c", agent_source(), "sweep", job_id])
+    try:
+        result = subprocess.run(ssh_argv(host, command), stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        log.error("could not check %s for processes left over: ssh did not answer in 60 s", host)
+        return
+    if result.returncode != 0:
+        log.error("could not check %s for processes left over (exit code %d): %s", host,
+                  result.returncode, (result.stderr.strip().splitlines() or [""])[-1])
+    for line in result.stdout.splitlines():
+        log.warning("left over on %s after the job, %s", host, line)
+
+
+def sweep_hosts(hosts, python, job_id):
+    """Run :func:`_sweep_host` on every host of ``hosts`` (once per address), in parallel."""
+    unique = list({host.address: host for host in hosts}.values())
+    with ThreadPoolExecutor(max_workers=min(len(unique), 16)) as pool:
+        list(pool.map(lambda host: _sweep_host(host, python, job_id), unique))
 
 
 @contextmanager
@@ -260,9 +361,10 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     launcher : {'local', 'ssh', 'horovod'}
         ``horovod`` runs ``horovodrun`` over Gloo instead, which starts the workers (no servers);
         the script needs ``--kv-store horovod``.
-    hosts : list of str or None
-        ``host`` or ``host:ssh_port`` entries for the ssh launcher (see :func:`read_hostfile`), or
-        the hosts horovodrun spreads the workers over.
+    hosts : list of str or Host or None
+        ``host``, ``user@host`` or ``host:ssh_port`` entries for the ssh launcher (see
+        :func:`.hosts.read_hostfile`), or the hosts horovodrun spreads the workers over; resolved
+        and logged in to before anything starts.
     timeout : float or None
         Seconds before the whole job is stopped; None waits forever.
     root_uri : str or None
@@ -282,7 +384,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     Raises
     ------
     LaunchError
-        For a job that cannot be launched (see :func:`plan_processes`).
+        For a job that cannot be launched (see :func:`.plan.plan_processes`), or hosts that cannot
+        be used (one line each, see :func:`.hosts.probe_hosts`).
     LaunchTimeout
         If the job ran past ``timeout``.
 
@@ -298,32 +401,52 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     if timeout is not None and not timeout > 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}")
     check_job(command, num_workers, num_servers, launcher, hosts)
-    root_uri = root_uri or default_root_uri(launcher)
+    hosts = prepare_hosts(command, launcher, hosts)
+    if root_uri is None:
+        root_uri = route_address(hosts) if launcher == "ssh" else LOCAL_HOST
+    job_id = uuid.uuid4().hex[:16]
     specs = plan_processes(command, num_workers, num_servers, launcher, hosts, root_uri,
-                           free_port(root_uri), env, workdir)
+                           free_port(root_uri), env, workdir, job_id=job_id)
     deadline = time.monotonic() + (timeout if timeout else math.inf)
     running = []
     with _sigterm_as_exit():
         try:
             for spec in specs:
                 running.append(_start(spec, log_dir))
-            try:
-                code = _wait_workers(running, deadline)
-            except KeyboardInterrupt:
-                log.error("Ctrl-C: passing it to the workers, which save and stop (again to stop "
-                          "at once)")
-                code = _stop_workers_first(running, signal.SIGINT)
-                # horovodrun reports its ranks' 130 as its own failure (1): the ranks' code counts
-                return 130 if code is None or launcher == "horovod" else code or 130
-            except SystemExit as stop:
-                if stop.code != 128 + signal.SIGTERM:
-                    raise
-                code = _stop_workers_first(running, signal.SIGTERM)
-                if code is None or launcher == "horovod":
-                    raise SystemExit(stop.code) from None
-                raise SystemExit(code or stop.code) from None
-            if code == 0:
-                _wait_servers(running, deadline)
-            return code
+            return _supervise(running, deadline, launcher)
         finally:
             _stop(running)
+            if hosts:
+                sweep_hosts(hosts, server_python(remote_python(command)), job_id)
+
+
+def prepare_hosts(command, launcher, hosts):
+    """The hosts of an ssh or multi-host Horovod job, parsed, resolved and probed (see
+    :mod:`.hosts`); None for a job on this machine."""
+    if not hosts or launcher == "local":
+        return None
+    hosts = resolve_hosts([host if isinstance(host, Host) else parse_host(host) for host in hosts])
+    python = server_python(remote_python(command))
+    probe_hosts(hosts, python, agent_source(), horovod=launcher == "horovod")
+    return hosts
+
+
+def _supervise(running, deadline, launcher):
+    """Wait for the job's end, a failure, Ctrl-C or SIGTERM; the job's exit code."""
+    try:
+        code = _wait_workers(running, deadline)
+    except KeyboardInterrupt:
+        log.error("Ctrl-C: passing it to the workers, which save and stop (again to stop at once)")
+        code = _stop_workers_first(running, signal.SIGINT)
+        # horovodrun reports its ranks' 130 as its own failure (1): the ranks' code counts
+        return 130 if code is None or launcher == "horovod" else code or 130
+    except SystemExit as stop:
+        if stop.code != 128 + signal.SIGTERM:
+            raise
+        code = _stop_workers_first(running, signal.SIGTERM)
+        if code is None or launcher == "horovod":
+            raise SystemExit(stop.code) from None
+        raise SystemExit(code or stop.code) from None
+    if code == 0:
+        _wait_servers(running, deadline)
+    return code

@@ -26,12 +26,16 @@ FORWARDED_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH")
 
 #: Options of every ssh call: no password or host-key prompt (fail instead of hanging), a bound on
 #: the connection time.  No ``-t``: the remote output stays plain text (no CRLF, no "Connection
-#: to X closed."); the remote agent (:mod:`mxfp16.train.remote_agent`) carries the signals.
+#: to X closed."); the remote agent (:mod:`mxfp16.train.launch.remote_agent`) carries the signals.
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                "-o", "StrictHostKeyChecking=accept-new")
 
 #: The variable that marks every process of one job, on every host (see ``remote_agent sweep``).
 JOB_VARIABLE = "MXFP16_JOB_ID"
+
+#: The launch command as the user typed it (``scripts/launch.py ...``), set by scripts/launch.py for
+#: every process: the training scripts' "resume with:" line repeats it.
+LAUNCH_COMMAND_VARIABLE = "MXFP16_LAUNCH_COMMAND"
 
 #: Seconds a remote agent gives its process between SIGTERM and SIGKILL once the launcher is gone.
 AGENT_GRACE = 25.0
@@ -49,7 +53,7 @@ class ProcessSpec:
     """One process of a job: its role, launch index, host, command line and added environment.
 
     For a remote process ``argv`` is the local ssh call, ``env`` is empty (the variables are
-    exported inside the remote command), ``remote`` is the :class:`mxfp16.train.hosts.Host` and
+    exported inside the remote command), ``remote`` is the :class:`mxfp16.train.launch.hosts.Host` and
     ``command`` the command it runs there; otherwise ``env`` is added to this environment.
     """
     role: str
@@ -141,7 +145,7 @@ def forwarded_env(environ=None):
 
 
 def agent_source():
-    """The text of :mod:`mxfp16.train.remote_agent`, which remote hosts run with ``python -c``."""
+    """The text of :mod:`mxfp16.train.launch.remote_agent`, which remote hosts run with ``python -c``."""
     with open(os.path.join(os.path.dirname(__file__), "remote_agent.py")) as source:
         return source.read()
 
@@ -151,7 +155,7 @@ def ssh_argv(host, remote_command):
 
     Examples
     --------
-    >>> from mxfp16.train.hosts import parse_host
+    >>> from mxfp16.train.launch.hosts import parse_host
     >>> ssh_argv(parse_host('admin@node2:2222'), 'true')[-4:]
     ['-p', '2222', 'admin@node2', 'true']
     """
@@ -247,7 +251,7 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     num_workers, num_servers : int
     launcher : {'local', 'ssh', 'horovod'}
         ``horovod``: one process, horovodrun, which starts the workers (:func:`horovodrun_argv`).
-    hosts : list of mxfp16.train.hosts.Host or None
+    hosts : list of mxfp16.train.launch.hosts.Host or None
         The machines, their addresses resolved (ssh, horovod).
     root_uri : str
         The scheduler's address, on this machine.

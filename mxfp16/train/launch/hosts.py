@@ -12,7 +12,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from .launch_plan import LaunchError, ssh_argv
+from .plan import LaunchError, ssh_argv
 
 #: Seconds a host has to answer the probe (ssh login and a Python start).
 PROBE_TIMEOUT = 30
