@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 SUBNET = "10.231.7"
 SSH_PORTS = (22, 2222)
+INTERFACE = "mxfp16net"
 
 
 @dataclass
@@ -135,8 +136,10 @@ def make_hosts(folder):
         _sh("ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
         for name, device, address in zip(names, veth, addresses):
             _sh("ip", "link", "set", device, "netns", name)
-            _sh("ip", "-n", name, "addr", "add", f"{address}/24", "dev", device)
-            _sh("ip", "-n", name, "link", "set", device, "up")
+            # One interface name on both (as eth0 on real machines): horovodrun looks for it.
+            _sh("ip", "-n", name, "link", "set", "dev", device, "name", INTERFACE)
+            _sh("ip", "-n", name, "addr", "add", f"{address}/24", "dev", INTERFACE)
+            _sh("ip", "-n", name, "link", "set", INTERFACE, "up")
             _sh("ip", "-n", name, "link", "set", "lo", "up")
             _write_etc_hosts(name, address, addresses)
         _keys(folder)

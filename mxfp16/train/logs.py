@@ -35,8 +35,47 @@ class _ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
+class _RankFileHandler(logging.FileHandler):
+    """The log file of a run whose rank is not known yet (``dist_*`` kvstores: the scheduler
+    numbers the workers once they connect).  Records wait until :func:`settle_log_rank`; then rank
+    0 writes them and every later one, and the other ranks write nothing, so the file holds each
+    event once.  Unsettled at the end (the run failed before its kvstore), it writes them all."""
+
+    def __init__(self, path):
+        super().__init__(path, delay=True)
+        self.rank, self.pending = None, []
+
+    def emit(self, record):
+        if self.rank is None:
+            self.pending.append(record)
+        elif self.rank == 0:
+            super().emit(record)
+
+    def settle(self, rank):
+        self.rank, pending, self.pending = rank, self.pending, []
+        for record in pending:
+            self.emit(record)
+
+    def close(self):
+        if self.rank is None:
+            self.settle(0)
+        super().close()
+
+
+def settle_log_rank(rank):
+    """Tell the log file of a ``dist_*`` run its worker's rank: only rank 0 writes it.
+
+    Examples
+    --------
+    >>> settle_log_rank(0)  # no run logging: nothing to do
+    """
+    for handler in logging.getLogger(LOGGER_NAME).handlers:
+        if isinstance(handler, _RankFileHandler) and handler.rank is None:
+            handler.settle(rank)
+
+
 @contextlib.contextmanager
-def run_logging(log_file=None, level=logging.INFO):
+def run_logging(log_file=None, level=logging.INFO, rank_known=True):
     """Log mxfp16's messages to stdout and to ``log_file`` for the duration of a ``with`` block.
 
     Python warnings raised meanwhile (MXNet's, or mxfp16's one-time overflow warning) become one
@@ -48,6 +87,8 @@ def run_logging(log_file=None, level=logging.INFO):
         Appended to; its folder is created.  None logs to the console only.
     level : int
         Logging level.
+    rank_known : bool
+        False for a ``dist_*`` run, whose log file waits for :func:`settle_log_rank`.
 
     Yields
     ------
@@ -69,7 +110,7 @@ def run_logging(log_file=None, level=logging.INFO):
     handlers = [_ConsoleHandler()]
     if log_file:
         os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-        handlers.append(logging.FileHandler(log_file))
+        handlers.append(logging.FileHandler(log_file) if rank_known else _RankFileHandler(log_file))
     saved = logger.level, logger.propagate
     for handler in handlers:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))

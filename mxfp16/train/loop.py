@@ -29,7 +29,7 @@ from .cli.config import IMAGENET_TRAIN_IMAGES, contexts
 from .data import load_data
 from .gluon_api import GluonAPI
 from .cli.gluoncv_states import load_gluoncv_states
-from .logs import EpochMeter, MetricsLog, epoch_line
+from .logs import EpochMeter, MetricsLog, epoch_line, settle_log_rank
 from .metrics import Accuracy, make_targets, mixup_data
 from .module_api import ModuleAPI
 from .monitor import ParameterMonitor
@@ -391,6 +391,7 @@ def train(config, network=None, metrics_path=None, states_order=None):
     """
     scaler = _make_scaler(config)
     ctx, kvstore, rank, num_workers = _devices_and_kvstore(config)
+    settle_log_rank(rank)
     horovod = is_horovod(kvstore)
     for seed in (random.seed, np.random.seed, mx.random.seed):
         seed(config.seed)

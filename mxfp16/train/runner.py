@@ -157,7 +157,8 @@ def run_job(parser, config_type, job, argv=None):
         with (claim_prefix(config.model_prefix) if owner else contextlib.nullcontext([])) \
                 as removed:
             check_log_file(log_file)
-            with run_logging(log_file, logging.INFO if rank == 0 else logging.WARNING):
+            with run_logging(log_file, logging.INFO if rank == 0 else logging.WARNING,
+                             rank_known=claims_early(config.kv_store)):
                 _start_run(config, first_line)
                 log_removed(removed)
                 try:

@@ -3,6 +3,7 @@
 See :mod:`mxfp16.train.launch.launcher` for the job as a whole; this module only computes (the process
 list, the environment of each, the ssh command lines) and starts nothing.
 """
+import getpass
 import math
 import os
 import shlex
@@ -285,8 +286,9 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     check_job(command, num_workers, num_servers, launcher, hosts)
     extra = dict(env or {}, **({JOB_VARIABLE: job_id} if job_id else {}))
     if launcher == "horovod":  # horovodrun starts and numbers the workers; no servers
-        return [ProcessSpec("horovodrun", 0, LOCAL_HOST,
-                            tuple(horovodrun_argv(command, num_workers, hosts)), extra)]
+        argv = horovodrun_argv(command, num_workers, hosts)
+        shown = argv[:-1] + [shlex.join(command)]  # the command without the agent's source
+        return [ProcessSpec("horovodrun", 0, LOCAL_HOST, tuple(argv), extra, command=tuple(shown))]
     job = dict(num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
                root_port=root_port)
     python = server_python(remote_python(command) if launcher == "ssh" else command)
@@ -309,8 +311,9 @@ def _remote_spec(role, index, host, argv, variables, workdir):
     ``variables``, reading its control words from the launcher through ssh's stdin."""
     command = remote_python(argv)
     agent = [server_python(command), "-c", agent_source(), "run", str(AGENT_GRACE), "stdin", "--"]
-    remote = remote_shell_command(command, dict(forwarded_env(), **variables),
-                                  workdir or os.getcwd(), agent)
+    # Unbuffered: the remote output reaches the log files through ssh as it is written.
+    exports = dict({"PYTHONUNBUFFERED": "1"}, **forwarded_env(), **variables)
+    remote = remote_shell_command(command, exports, workdir or os.getcwd(), agent)
     return ProcessSpec(role, index, host.address, tuple(ssh_argv(host, remote)), remote=host,
                        command=tuple(command))
 
@@ -348,10 +351,22 @@ def horovodrun_argv(command, num_workers, hosts=None):
         raise LaunchError(f"horovodrun takes one ssh port for every host, the hostfile has "
                           f"{', '.join(map(str, ports))}: use one port, or set Port per host in "
                           "~/.ssh/config")
+    _check_horovod_users(hosts)
     slots = math.ceil(num_workers / len(hosts))
-    placement = ",".join(f"{host.user + '@' if host.user else ''}{host.address}:{slots}"
-                         for host in hosts)
+    placement = ",".join(f"{host.address}:{slots}" for host in hosts)
     command = remote_python(command)
     agent = [server_python(command), "-c", agent_source(), "run", str(AGENT_GRACE), "stdout", "--"]
     return [horovodrun, "-np", str(num_workers), "-H", placement, "-p", str(ports[0]), "--gloo",
             "sh", "-c", "exec " + shlex.join(agent + command)]
+
+
+def _check_horovod_users(hosts):
+    """horovodrun's ``-H`` takes no user: ``user@host`` entries must name the user ssh logs in as
+    anyway (this one); another user belongs in ~/.ssh/config."""
+    me = getpass.getuser()
+    for host in hosts:
+        if host.user and host.user != me:
+            raise LaunchError(f"horovodrun cannot log in to {host} as {host.user} (its -H takes no "
+                              f"user; ssh logs in as {me}): add 'Host {host.address}' with "
+                              f"'User {host.user}' to ~/.ssh/config and write {host.name} in the "
+                              "hostfile")
