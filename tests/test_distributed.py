@@ -2,14 +2,17 @@
 failure and timeout handling, the ssh command lines, and the script's user errors."""
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from mxfp16.train.launch import plan as launch_plan
+from mxfp16.train.launch.hosts import parse_host, read_hostfile
 from mxfp16.train.launch import launcher
 from mxfp16.train.launch.plan import LaunchError, plan_processes
 from mxfp16.train.launch.launcher import launch
@@ -162,56 +165,86 @@ def test_script_timeout_stops_every_process_and_exits_124(launch_main, tmp_path,
 
 
 def test_ssh_plan_places_processes_round_robin_and_exports_the_dmlc_variables(monkeypatch):
-    for name in launch_plan.FORWARDED_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PS_VERBOSE", "1")
-    monkeypatch.setenv("UNRELATED_SECRET", "x")
+    for name in list(os.environ):
+        if name in launch_plan.forwarded_env():
+            monkeypatch.delenv(name)
+    for name, value in [("PS_VERBOSE", "1"), ("MALLOC_MMAP_THRESHOLD_", "65536"),
+                        ("MXNET_ENGINE_TYPE", "NaiveEngine"), ("UNRELATED_SECRET", "x")]:
+        monkeypatch.setenv(name, value)
     command = ["python", "train.py", "--kv-store", "dist_sync", "--name", "a b"]
-    specs = plan_processes(command, num_workers=3, num_servers=2, launcher="ssh",
-                           hosts=["node1", "admin@node2:2222"], root_uri="10.0.0.1", root_port=9000,
-                           env={"OMP_NUM_THREADS": "2"}, workdir="/shared/run dir")
+    hosts = [replace(parse_host("node1"), address="10.0.0.1"),
+             replace(parse_host("admin@node2:2222"), address="10.0.0.2")]
+    specs = plan_processes(command, num_workers=3, num_servers=2, launcher="ssh", hosts=hosts,
+                           root_uri="10.0.0.1", root_port=9000, env={"OMP_NUM_THREADS": "2"},
+                           workdir="/shared/run dir", job_id="j1")
     assert [(spec.name, spec.host) for spec in specs] == [
-        ("scheduler 0", "10.0.0.1"), ("server 0", "node1"), ("server 1", "node2"),
-        ("worker 0", "node1"), ("worker 1", "node2"), ("worker 2", "node1")]
+        ("scheduler 0", "10.0.0.1"), ("server 0", "10.0.0.1"), ("server 1", "10.0.0.2"),
+        ("worker 0", "10.0.0.1"), ("worker 1", "10.0.0.2"), ("worker 2", "10.0.0.1")]
     scheduler = specs[0]
-    assert scheduler.argv == ("python", "-c", "import mxnet")
+    assert scheduler.argv == (sys.executable, "-c", "import mxnet")
     assert scheduler.env["DMLC_ROLE"] == "scheduler" and scheduler.env["DMLC_PS_ROOT_PORT"] == "9000"
     for spec, task in zip(specs[1:], [3, 4, 0, 1, 2]):
-        target, ssh_port = ("admin@node2", "2222") if spec.host == "node2" else ("node1", "22")
-        assert spec.env == {}
-        assert list(spec.argv[:-1]) == ["ssh", "-tt", "-o", "StrictHostKeyChecking=no", "-o",
-                                        "BatchMode=yes", "-p", ssh_port, target]
+        port, target = (["-p", "2222"], "admin@node2") if spec.host == "10.0.0.2" else ([], "node1")
+        assert spec.env == {} and spec.remote.target == target
+        assert list(spec.argv[:-1]) == ["ssh", *launch_plan.SSH_OPTIONS, *port, target]
         words = shlex.split(spec.argv[-1])
         assert words[:3] == ["cd", "/shared/run dir", "&&"] and words[3] == "export"
         split = words.index("exec")
         exports = dict(word.split("=", 1) for word in words[4:split - 1])
         assert exports == {
-            "PS_VERBOSE": "1", "OMP_NUM_THREADS": "2", "DMLC_ROLE": spec.role,
-            "DMLC_PS_ROOT_URI": "10.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_WORKER": "3",
-            "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": spec.host, "DMLC_TASK_ID": str(task)}
-        expected = command if spec.role == "worker" else ["python", "-c", "import mxnet"]
-        assert words[split - 1:] == ["&&", "exec"] + expected
+            "PYTHONUNBUFFERED": "1", "PS_VERBOSE": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
+            "MXNET_ENGINE_TYPE": "NaiveEngine", "OMP_NUM_THREADS": "2", "MXFP16_JOB_ID": "j1",
+            "DMLC_ROLE": spec.role, "DMLC_PS_ROOT_URI": "10.0.0.1", "DMLC_PS_ROOT_PORT": "9000",
+            "DMLC_NUM_WORKER": "3", "DMLC_NUM_SERVER": "2", "DMLC_NODE_HOST": spec.host,
+            "DMLC_TASK_ID": str(task)}
+        # The agent runs the command, a bare python being this interpreter.
+        agent = words[split + 1:split + 8]
+        assert agent[:2] == [sys.executable, "-c"] and agent[3:] == ["run", "25.0", "stdin", "--"]
+        expected = [sys.executable, *command[1:]] if spec.role == "worker" else \
+            [sys.executable, "-c", "import mxnet"]
+        assert words[split + 8:] == expected and list(spec.command) == expected
 
 
 def test_ssh_remote_command_runs_in_the_directory_with_the_variables(tmp_path):
     workdir = tmp_path / "run dir; echo injected"
     workdir.mkdir()
     program = "import os, sys; print(os.getcwd(), os.environ['DMLC_ROLE'], sys.argv[1])"
-    argv = launch_plan.ssh_command("node1", [sys.executable, "-c", program, "it's $HOME"],
-                                   {"DMLC_ROLE": "worker"}, str(workdir))
-    result = subprocess.run(["bash", "-c", argv[-1]], capture_output=True, text=True, timeout=30)
+    remote = launch_plan.remote_shell_command([sys.executable, "-c", program, "it's $HOME"],
+                                              {"DMLC_ROLE": "worker"}, str(workdir))
+    result = subprocess.run(["bash", "-c", remote], capture_output=True, text=True, timeout=30)
     assert result.stdout == f"{workdir} worker it's $HOME\n", result.stderr
+
+
+@pytest.mark.parametrize("status, signum", [(3, None), (137, signal.SIGKILL), (143, signal.SIGTERM)])
+def test_the_remote_agent_exits_with_the_commands_status_128_plus_n_for_a_signal(status, signum):
+    program = f"import os, signal; os.kill(os.getpid(), {signum})" if signum else "exit(3)"
+    agent = [sys.executable, "-c", launch_plan.agent_source(), "run", "1", "stdout", "--"]
+    result = subprocess.run([*agent, sys.executable, "-c", program], stdin=subprocess.DEVNULL,
+                            capture_output=True, timeout=30)
+    assert result.returncode == status
+
+
+@pytest.mark.parametrize("word", [b"KILL\n", b""])
+def test_the_remote_agent_signals_its_command_on_a_word_and_stops_it_when_stdin_ends(word):
+    agent = [sys.executable, "-c", launch_plan.agent_source(), "run", "1", "stdin", "--"]
+    child = subprocess.Popen([*agent, "sleep", "60"], stdin=subprocess.PIPE)
+    child.stdin.write(word)
+    child.stdin.flush()
+    if not word:
+        child.stdin.close()  # the launcher (or its ssh client) is gone
+    assert child.wait(timeout=30) == 128 + (signal.SIGKILL if word else signal.SIGTERM)
 
 
 def test_read_hostfile_skips_comments_and_blank_lines(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1\n\n  admin@node2:2222  # big one\n")
-    assert launch_plan.read_hostfile(str(hostfile)) == ["node1", "admin@node2:2222"]
+    assert [str(host) for host in read_hostfile(str(hostfile))] == ["node1", "admin@node2:2222"]
 
 
-def test_bad_host_entry_is_rejected():
-    with pytest.raises(LaunchError, match="bad host entry 'node1:ssh'"):
-        plan_processes(["python"], 1, 1, launcher="ssh", hosts=["node1:ssh"])
+@pytest.mark.parametrize("entry", ["node1:ssh", "@node1", "a@b@node1", ":22"])
+def test_bad_host_entry_is_rejected(entry):
+    with pytest.raises(LaunchError, match=f"bad host entry '{entry}'"):
+        parse_host(entry)
 
 
 @pytest.mark.parametrize("args, message", [

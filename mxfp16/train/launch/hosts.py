@@ -44,9 +44,9 @@ def parse_host(entry):
     >>> parse_host('10.0.0.5').target
     '10.0.0.5'
     """
-    user, _, rest = str(entry).strip().rpartition("@")
+    user, at, rest = str(entry).strip().rpartition("@")
     name, _, port = rest.partition(":")
-    if not name or (port and not port.isdigit()) or "@" in user or (_ == "@" and not user):
+    if not name or (port and not port.isdigit()) or "@" in user or (at and not user):
         raise LaunchError(f"bad host entry {entry!r}: write 'host', 'user@host' or "
                           "'host:ssh_port', e.g. admin@node1:22")
     return Host(name, user or None, int(port) if port else None)
