@@ -82,6 +82,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -118,12 +119,28 @@ WORKER_ROLES = ("worker", "horovodrun")
 #: remote agent), an exception's last line, or a missing file or program.
 ERROR_LINE = re.compile(r"^(error:|[\w.]*(Error|Exception)\b)|No such file|not found|denied")
 
+#: horovodrun's account of the first process that failed, whose status is the job's (horovodrun
+#: itself exits 1 whatever the status).
+HOROVOD_FIRST_FAILURE = re.compile(r"The first process to do so was:\s*Process name: (\d+)\s*"
+                                   r"Exit code: (\d+)")
+
 
 @dataclass
 class _Running:
     spec: ProcessSpec
     popen: subprocess.Popen
     log_file: object = None
+    relays: tuple = ()
+    tail: bytearray = None
+
+
+def _relay(source, target, tail):
+    """Copy a process's output to ours as it comes, keeping its last 8 kB in ``tail``."""
+    for chunk in iter(lambda: source.read1(65536), b""):
+        target.write(chunk)
+        target.flush()
+        tail.extend(chunk)
+        del tail[:-8192]
 
 
 def _start(spec, log_dir):
@@ -133,10 +150,14 @@ def _start(spec, log_dir):
     if log_dir is not None:
         os.makedirs(log_dir, exist_ok=True)
         log_file = open(os.path.join(log_dir, f"{spec.role}-{spec.index}.log"), "wb")
+    # horovodrun's output is relayed here (not inherited) so that its account of a failure is read
+    relayed = spec.role == "horovodrun" and log_file is None
     try:
         popen = subprocess.Popen(list(spec.argv), env=dict(os.environ, **spec.env),
                                  stdin=subprocess.PIPE if spec.remote else subprocess.DEVNULL,
-                                 stdout=log_file, stderr=subprocess.STDOUT if log_file else None,
+                                 stdout=subprocess.PIPE if relayed else log_file,
+                                 stderr=subprocess.PIPE if relayed else
+                                 subprocess.STDOUT if log_file else None,
                                  start_new_session=True)
     except OSError as error:
         if log_file:
@@ -144,7 +165,14 @@ def _start(spec, log_dir):
         raise LaunchError(f"cannot start {spec.name} ({spec.argv[0]!r}: {error.strerror}): "
                           "check the command and that it is on PATH") from None
     log.info("started %s on %s (pid %d): %s", spec.name, spec.host, popen.pid, spec.shown)
-    return _Running(spec, popen, log_file)
+    running = _Running(spec, popen, log_file, tail=bytearray())
+    if relayed:
+        running.relays = tuple(
+            threading.Thread(target=_relay, args=(stream, target.buffer, running.tail), daemon=True)
+            for stream, target in ((popen.stdout, sys.stdout), (popen.stderr, sys.stderr)))
+        for relay in running.relays:
+            relay.start()
+    return running
 
 
 def exit_code(returncode):
@@ -202,7 +230,25 @@ def first_error_line(path):
         return None
 
 
+def _horovod_rank_status(proc):
+    """(rank, exit code) of the first Horovod process that failed, as horovodrun said, or None."""
+    for relay in proc.relays:
+        relay.join(timeout=5)
+    text = bytes(proc.tail).decode(errors="replace")
+    if proc.log_file:
+        proc.log_file.flush()
+        with open(proc.log_file.name, errors="replace") as log_text:
+            text = log_text.read()
+    found = HOROVOD_FIRST_FAILURE.search(text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def _report_failure(proc, code):
+    """Log the failure of ``proc`` and the first error line of its log; the job's exit code."""
+    status = _horovod_rank_status(proc) if proc.spec.role == "horovodrun" else None
+    if status:
+        log.error("Horovod process %d failed first, with exit code %d: stopping the job", *status)
+        return status[1]
     where = f" on {proc.spec.host}" if proc.spec.remote else ""
     why = " (ssh's code: the connection failed or was lost)" if proc.spec.remote and code == 255 \
         else ""
@@ -210,6 +256,7 @@ def _report_failure(proc, code):
     line = first_error_line(proc.log_file.name) if proc.log_file else None
     if line:
         log.error("%s's log %s: %s", proc.spec.name, proc.log_file.name, line)
+    return code
 
 
 def _wait_workers(running, deadline):
@@ -218,8 +265,7 @@ def _wait_workers(running, deadline):
     while True:
         failure = _first_failure(running)
         if failure:
-            _report_failure(*failure)
-            return failure[1]
+            return _report_failure(*failure)
         if all(_returncode(proc) == 0 for proc in workers):
             log.info("all %d workers finished", len(workers))
             return 0
