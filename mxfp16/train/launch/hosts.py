@@ -6,13 +6,16 @@ A hostfile lists one machine per line: ``host``, ``user@host``, ``host:ssh_port`
 as usual (``User``, ``Port``, ``IdentityFile`` per host); every call adds ``BatchMode=yes`` (fail
 rather than ask for a password), ``ConnectTimeout`` and ``StrictHostKeyChecking=accept-new``.
 """
+import logging
 import shlex
 import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from .plan import LaunchError, ssh_argv
+from .plan import LaunchError, agent_source, remote_python, server_python, ssh_argv
+
+log = logging.getLogger(__name__)
 
 #: Seconds a host has to answer the probe (ssh login and a Python start).
 PROBE_TIMEOUT = 30
@@ -181,3 +184,37 @@ def probe_hosts(hosts, python, agent_source, horovod=False):
                 "host's network address in its /etc/hosts")
     if errors:
         raise LaunchError("\n".join(dict.fromkeys(errors)))
+
+
+def prepare_hosts(command, launcher, hosts):
+    """The hosts of an ssh or multi-host Horovod job, parsed, resolved and probed (see
+    :mod:`.hosts`); None for a job on this machine."""
+    if not hosts or launcher == "local":
+        return None
+    hosts = resolve_hosts([host if isinstance(host, Host) else parse_host(host) for host in hosts])
+    python = server_python(remote_python(command))
+    probe_hosts(hosts, python, agent_source(), horovod=launcher == "horovod")
+    return hosts
+
+
+def _sweep_host(host, python, job_id):
+    """Kill what is left of job ``job_id`` on ``host`` (:mod:`.remote_agent` ``sweep``)."""
+    command = shlex.join([python, "-c", agent_source(), "sweep", job_id])
+    try:
+        result = subprocess.run(ssh_argv(host, command), stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        log.error("could not check %s for processes left over: ssh did not answer in 60 s", host)
+        return
+    if result.returncode != 0:
+        log.error("could not check %s for processes left over (exit code %d): %s", host,
+                  result.returncode, (result.stderr.strip().splitlines() or [""])[-1])
+    for line in result.stdout.splitlines():
+        log.warning("left over on %s after the job, %s", host, line)
+
+
+def sweep_hosts(hosts, python, job_id):
+    """Run :func:`_sweep_host` on every host of ``hosts`` (once per address), in parallel."""
+    unique = list({host.address: host for host in hosts}.values())
+    with ThreadPoolExecutor(max_workers=min(len(unique), 16)) as pool:
+        list(pool.map(lambda host: _sweep_host(host, python, job_id), unique))

@@ -79,20 +79,18 @@ import logging
 import math
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .hosts import Host, parse_host, probe_hosts, resolve_hosts, route_address
-from .plan import (LOCAL_HOST, LaunchError, LaunchTimeout, ProcessSpec, agent_source, check_job,
-                   free_port, plan_processes, remote_python, server_python, ssh_argv)
+from .hosts import prepare_hosts, route_address, sweep_hosts
+from .plan import (LOCAL_HOST, LaunchError, LaunchTimeout, ProcessSpec, check_job, free_port,
+                   plan_processes, remote_python, server_python)
 
 log = logging.getLogger(__name__)
 
@@ -353,29 +351,6 @@ def _stop(running, grace=KILL_GRACE):
             proc.log_file.close()
 
 
-def _sweep_host(host, python, job_id):
-    """Kill what is left of job ``job_id`` on ``host`` (:mod:`.remote_agent` ``sweep``)."""
-    command = shlex.join([python, "-c", agent_source(), "sweep", job_id])
-    try:
-        result = subprocess.run(ssh_argv(host, command), stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        log.error("could not check %s for processes left over: ssh did not answer in 60 s", host)
-        return
-    if result.returncode != 0:
-        log.error("could not check %s for processes left over (exit code %d): %s", host,
-                  result.returncode, (result.stderr.strip().splitlines() or [""])[-1])
-    for line in result.stdout.splitlines():
-        log.warning("left over on %s after the job, %s", host, line)
-
-
-def sweep_hosts(hosts, python, job_id):
-    """Run :func:`_sweep_host` on every host of ``hosts`` (once per address), in parallel."""
-    unique = list({host.address: host for host in hosts}.values())
-    with ThreadPoolExecutor(max_workers=min(len(unique), 16)) as pool:
-        list(pool.map(lambda host: _sweep_host(host, python, job_id), unique))
-
-
 @contextmanager
 def _sigterm_as_exit():
     """Turn SIGTERM into SystemExit(143) so that the processes are stopped on the way out."""
@@ -464,17 +439,6 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
             _stop(running)
             if hosts:
                 sweep_hosts(hosts, server_python(remote_python(command)), job_id)
-
-
-def prepare_hosts(command, launcher, hosts):
-    """The hosts of an ssh or multi-host Horovod job, parsed, resolved and probed (see
-    :mod:`.hosts`); None for a job on this machine."""
-    if not hosts or launcher == "local":
-        return None
-    hosts = resolve_hosts([host if isinstance(host, Host) else parse_host(host) for host in hosts])
-    python = server_python(remote_python(command))
-    probe_hosts(hosts, python, agent_source(), horovod=launcher == "horovod")
-    return hosts
 
 
 def _supervise(running, deadline, launcher):
