@@ -6,6 +6,7 @@ weights), a hostfile with names, users and ports, and hosts that cannot be used.
 nothing of it is left on either host.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -192,6 +193,18 @@ def test_unusable_hosts_are_one_line_each_before_anything_starts(hosts, tmp_path
     assert "nobody@node2: ssh cannot log in without a password" in lines[1]
     assert "10.231.7.9: unreachable" in lines[2]
     assert not (tmp_path / "logs").exists()
+    assert_nothing_left(hosts)
+
+
+def test_a_remote_process_that_fails_to_start_shows_the_first_error_line_of_its_log(hosts,
+                                                                                     tmp_path):
+    path = hostfile(tmp_path, "node2")
+    code, output = run(hosts, launch_argv(path, tmp_path / "logs", "python", "-c",
+                                          "import no_such_module"))
+    assert code == 1, output
+    assert re.search(r"worker [01] on 10\.231\.7\.2 failed with exit code 1: stopping the job",
+                     output), output
+    assert "ModuleNotFoundError: No module named 'no_such_module'" in output
     assert_nothing_left(hosts)
 
 
