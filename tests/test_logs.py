@@ -3,7 +3,9 @@ import json
 import logging
 import warnings
 
-from mxfp16.train.logs import MetricsLog, run_files, run_logging
+import pytest
+
+from mxfp16.train.logs import MetricsLog, run_files, run_logging, settle_log_rank
 
 
 def test_a_warning_during_a_run_is_one_line_of_the_log_file(tmp_path):
@@ -36,3 +38,16 @@ def test_run_files_follow_the_model_prefix():
     assert run_files(None, "runs/r50") == ("runs/train.log", "runs/metrics.jsonl")
     assert run_files("logs/a.log", "runs/r50") == ("logs/a.log", "logs/metrics.jsonl")
     assert run_files(None, None) == (None, None)
+
+
+@pytest.mark.parametrize("rank, written", [(0, ["before", "after"]), (1, [])])
+def test_a_dist_run_log_file_is_written_by_rank_0_alone_once_the_rank_is_known(tmp_path, rank,
+                                                                            written):
+    log_file = tmp_path / "train.log"
+    with run_logging(str(log_file), rank_known=False) as log:
+        log.info("before")  # the scheduler has not numbered this worker yet
+        assert not log_file.exists()
+        settle_log_rank(rank)
+        log.info("after")
+    lines = log_file.read_text().splitlines() if log_file.exists() else []
+    assert [line.split(" INFO ")[1] for line in lines] == written
