@@ -75,6 +75,7 @@ the launcher returns once all have (at most :data:`WORKER_STOP_GRACE` seconds, t
 killed).  Resume with the same launch command plus ``--resume PREFIX``.  A second Ctrl-C stops
 everything at once.
 """
+import codecs
 import logging
 import math
 import os
@@ -133,9 +134,11 @@ class _Running:
 
 
 def _relay(source, target, tail):
-    """Copy a process's output to ours as it comes, keeping its last 8 kB in ``tail``."""
+    """Copy a process's output to ``target`` (a text stream) as it comes, keeping its last 8 kB in
+    ``tail``."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     for chunk in iter(lambda: source.read1(65536), b""):
-        target.write(chunk)
+        target.write(decoder.decode(chunk))
         target.flush()
         tail.extend(chunk)
         del tail[:-8192]
@@ -166,7 +169,7 @@ def _start(spec, log_dir):
     running = _Running(spec, popen, log_file, tail=bytearray())
     if relayed:
         running.relays = tuple(
-            threading.Thread(target=_relay, args=(stream, target.buffer, running.tail), daemon=True)
+            threading.Thread(target=_relay, args=(stream, target, running.tail), daemon=True)
             for stream, target in ((popen.stdout, sys.stdout), (popen.stderr, sys.stderr)))
         for relay in running.relays:
             relay.start()
