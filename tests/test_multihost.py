@@ -182,6 +182,19 @@ def test_horovod_across_two_hosts_stops_on_sigterm_with_a_checkpoint_and_resumes
     assert_nothing_left(hosts)
 
 
+def test_a_launcher_killed_with_sigkill_leaves_nothing_on_either_host(hosts, tmp_path):
+    path = hostfile(tmp_path, "node1", "node2")
+    job = start(hosts, launch_argv(path, tmp_path / "logs", "python", "-c",
+                                   "import time; print('up', flush=True); time.sleep(120)"))
+    while logs(tmp_path / "logs").count("up") < 2:  # both workers run
+        assert job.poll() is None, job.stdout.read()
+        time.sleep(0.1)
+    job.kill()
+    job.wait(timeout=10)
+    # The processes here die with their parent; the remote agents see their ssh stdin end.
+    assert hosts.leftovers(0, wait=15) == [] and hosts.leftovers(1, wait=15) == []
+
+
 def test_unusable_hosts_are_one_line_each_before_anything_starts(hosts, tmp_path):
     path = hostfile(tmp_path, "node1", "node2:2200", "nobody@node2", "10.231.7.9")
     code, output = run(hosts, launch_argv(path, tmp_path / "logs", *TRAIN, "--kv-store",

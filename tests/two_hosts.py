@@ -149,7 +149,8 @@ def make_hosts(folder):
             config = _sshd_config(folder, address, index)
             sshd.append(subprocess.Popen(["ip", "netns", "exec", names[index],
                                           shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-e",
-                                          "-f", str(config)], stderr=open(folder / f"sshd_{index}.log", "w")))
+                                          "-f", str(config)],
+                                         stderr=open(folder / f"sshd_{index}.log", "w")))
         for index in range(2):
             _wait_for_sshd(hosts, index)
         yield hosts
@@ -171,3 +172,7 @@ def _teardown(names, sshd):
     for name in names:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
+    try:
+        os.rmdir("/etc/netns")  # unless another run's namespaces still use it
+    except OSError:
+        pass

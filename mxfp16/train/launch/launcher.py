@@ -72,10 +72,13 @@ failed process's log is shown with the failure.  The same happens after ``timeou
 first, and the servers and scheduler keep running while the workers stop: mxfp16's training
 scripts then agree on a step, rank 0 saves it, and the workers exit with 143 (130 for Ctrl-C), which
 the launcher returns once all have (at most :data:`WORKER_STOP_GRACE` seconds, then everything is
-killed).  Resume with the same launch command plus ``--resume PREFIX``.  A second Ctrl-C stops
+killed).  Resume with the same launch command plus ``--resume PREFIX``.  Should the launcher itself
+be killed (SIGKILL), its children here get SIGTERM from the kernel and the remote agents stop
+their processes when their ssh stdin ends.  A second Ctrl-C stops
 everything at once.
 """
 import codecs
+import ctypes
 import logging
 import math
 import os
@@ -124,6 +127,18 @@ HOROVOD_FIRST_FAILURE = re.compile(r"The first process to do so was:\s*Process n
                                    r"Exit code: (\d+)")
 
 
+#: prctl(2)'s request that sends a signal to a process when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform.startswith("linux") else None
+
+
+def _die_with_launcher():
+    """In a child, before its command starts: SIGTERM when the launcher dies, even by SIGKILL,
+    so that no process of the job outlives it here (the remote ones see their ssh end)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @dataclass
 class _Running:
     spec: ProcessSpec
@@ -159,7 +174,7 @@ def _start(spec, log_dir):
                                  stdout=subprocess.PIPE if relayed else log_file,
                                  stderr=subprocess.PIPE if relayed else
                                  subprocess.STDOUT if log_file else None,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=_die_with_launcher)
     except OSError as error:
         if log_file:
             log_file.close()
