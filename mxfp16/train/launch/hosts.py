@@ -149,12 +149,34 @@ def _ssh_failure(host, result, python):
             "command")
 
 
-def _probe(host, python, agent_source):
-    """``(host, error line or None, remote host name, its address)`` of one host."""
-    command = shlex.join([python, "-c", agent_source, "probe"])
+def is_this_machine(address):
+    """Whether ``address`` is one of this machine's own (a socket can bind to it).
+
+    Examples
+    --------
+    >>> is_this_machine('127.0.0.1'), is_this_machine('192.0.2.1')
+    (True, False)
+    """
     try:
-        result = subprocess.run(ssh_argv(host, command), stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+def agent_argv(host, python, args, over_ssh=True):
+    """The call that runs the remote agent with ``args`` on ``host``: over ssh, or here."""
+    command = [python, "-c", agent_source(), *args]
+    return ssh_argv(host, shlex.join(command)) if over_ssh else command
+
+
+def _probe(host, python, over_ssh):
+    """``(host, error line or None, remote host name, its address)`` of one host."""
+    try:
+        result = subprocess.run(agent_argv(host, python, ["probe"], over_ssh),
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=PROBE_TIMEOUT)
     except subprocess.TimeoutExpired:
         return host, f"host {host}: no answer over ssh within {PROBE_TIMEOUT} s", None, None
     words = result.stdout.split()
@@ -163,8 +185,15 @@ def _probe(host, python, agent_source):
     return host, None, words[0], words[1]
 
 
-def probe_hosts(hosts, python, agent_source, horovod=False):
-    """Log in to every host (in parallel) before the job starts and run ``python`` there.
+def _over_ssh(host, horovod):
+    """Whether the launcher reaches ``host`` over ssh: always for its own processes; horovodrun
+    starts those of this machine without ssh, which therefore needs no sshd."""
+    return not (horovod and is_this_machine(host.address))
+
+
+def probe_hosts(hosts, python, horovod=False):
+    """Log in to every host (in parallel) before the job starts and run ``python`` there (for
+    Horovod, this machine is looked at here, without ssh).
 
     Raises
     ------
@@ -174,7 +203,8 @@ def probe_hosts(hosts, python, agent_source, horovod=False):
     """
     several = len({host.address for host in hosts}) > 1
     with ThreadPoolExecutor(max_workers=min(len(hosts), 16)) as pool:
-        results = list(pool.map(lambda host: _probe(host, python, agent_source), hosts))
+        results = list(pool.map(lambda host: _probe(host, python, _over_ssh(host, horovod)),
+                                hosts))
     errors = [error for _, error, _, _ in results if error]
     for host, error, name, address in results:
         if not error and horovod and several and address.startswith(("127.", "unresolved")):
@@ -193,16 +223,16 @@ def prepare_hosts(command, launcher, hosts):
         return None
     hosts = resolve_hosts([host if isinstance(host, Host) else parse_host(host) for host in hosts])
     python = server_python(remote_python(command))
-    probe_hosts(hosts, python, agent_source(), horovod=launcher == "horovod")
+    probe_hosts(hosts, python, horovod=launcher == "horovod")
     return hosts
 
 
-def _sweep_host(host, python, job_id):
+def _sweep_host(host, python, job_id, over_ssh):
     """Kill what is left of job ``job_id`` on ``host`` (:mod:`.remote_agent` ``sweep``)."""
-    command = shlex.join([python, "-c", agent_source(), "sweep", job_id])
     try:
-        result = subprocess.run(ssh_argv(host, command), stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(agent_argv(host, python, ["sweep", job_id], over_ssh),
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=60)
     except subprocess.TimeoutExpired:
         log.error("could not check %s for processes left over: ssh did not answer in 60 s", host)
         return
@@ -213,8 +243,9 @@ def _sweep_host(host, python, job_id):
         log.warning("left over on %s after the job, %s", host, line)
 
 
-def sweep_hosts(hosts, python, job_id):
+def sweep_hosts(hosts, python, job_id, horovod=False):
     """Run :func:`_sweep_host` on every host of ``hosts`` (once per address), in parallel."""
     unique = list({host.address: host for host in hosts}.values())
     with ThreadPoolExecutor(max_workers=min(len(unique), 16)) as pool:
-        list(pool.map(lambda host: _sweep_host(host, python, job_id), unique))
+        list(pool.map(lambda host: _sweep_host(host, python, job_id, _over_ssh(host, horovod)),
+                      unique))

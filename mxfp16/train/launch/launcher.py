@@ -456,7 +456,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
         finally:
             _stop(running)
             if hosts:
-                sweep_hosts(hosts, server_python(remote_python(command)), job_id)
+                sweep_hosts(hosts, server_python(remote_python(command)), job_id,
+                            horovod=launcher == "horovod")
 
 
 def _supervise(running, deadline, launcher):
