@@ -42,8 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("run", "after", "shared", "not-here", "output", "diff")
 OPTIONS = ("id", "given", "expect", "exit", "slow")
 #: What a ``not-here`` reason must start with.
-NOT_HERE_REASONS = ("GPU", "several machines", "a cluster", "the internet", "a long build",
-                    "a long run")
+NOT_HERE_REASONS = ("GPU", "several machines", "a cluster", "the internet", "a long build")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 #: mxfp16's own command-line programs, as the docs call them.
