@@ -366,6 +366,16 @@ def test_every_mxfp16_name_in_a_python_or_diff_block_exists():
     assert problems == [], "\n".join(problems)
 
 
+def test_the_readme_counts_the_example_scripts():
+    """README's "examples/ holds N complete scripts" (it said six when there were seven)."""
+    words = ("one two three four five six seven eight nine ten eleven twelve").split()
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    said = re.search(r"`examples/` holds (\w+) complete scripts", readme).group(1)
+    scripts = [name for name in os.listdir(os.path.join(ROOT, "examples"))
+               if name.endswith(".py") and name != "common.py"]
+    assert words.index(said) + 1 == len(scripts), sorted(scripts)
+
+
 # ---- links and flags ----------------------------------------------------------------------------
 
 def test_relative_links_and_anchors_resolve():
