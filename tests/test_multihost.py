@@ -77,7 +77,11 @@ def wait_for_log(job, log_dir, marker):
     raise AssertionError(f"the job ended before {marker!r}: {job.stdout.read()[-3000:]}")
 
 
-def assert_nothing_left(hosts):
+def assert_nothing_left(hosts, output):
+    """Nothing on either host, and the launcher's sweep found nothing either: the agents and the
+    launcher stopped everything themselves (the two hosts share their processes, so a sweep
+    would hide a process left on the wrong host)."""
+    assert "left over on" not in output, output
     assert hosts.leftovers(0) == [] and hosts.leftovers(1) == []
 
 
@@ -97,7 +101,7 @@ def test_dist_sync_across_two_hosts_named_with_users_and_ports_stops_on_sigterm_
     # One rank writes the log file: each epoch's line once.
     assert open(tmp_path / "full" / "train.log").read().count("Epoch[1] train loss") == 1
     assert "\r" not in logs(tmp_path / "full-logs") and "Connection to" not in output
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
     job = start(hosts, launch_argv(path, tmp_path / "logs", *dist, "--model-prefix", part))
     wait_for_log(job, tmp_path / "logs", "Epoch[0] Batch[3]")  # of 24
@@ -108,7 +112,7 @@ def test_dist_sync_across_two_hosts_named_with_users_and_ports_stops_on_sigterm_
     assert len(stopped) == 1 and "stopped by SIGTERM" in stopped[0], stopped
     (epoch, batch), = [position for position in checkpoint.saved_positions(part) if position[1]]
     assert epoch == 0 and f"resume with: python {LAUNCH} -n 2 -s 1 -H {path} " in stopped[0]
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
     code, output = run(hosts, launch_argv(path, tmp_path / "logs2", *dist, "--model-prefix", part,
                                           "--resume", part))
@@ -118,7 +122,7 @@ def test_dist_sync_across_two_hosts_named_with_users_and_ports_stops_on_sigterm_
     assert sorted(expected) == sorted(resumed)
     for name, value in expected.items():  # bit for bit
         np.testing.assert_array_equal(resumed[name].asnumpy(), value.asnumpy(), err_msg=name)
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
 
 def remote_worker(hosts):
@@ -155,7 +159,7 @@ def test_a_remote_worker_killed_with_sigkill_stops_the_job_on_both_hosts_with_13
     assert len(failed) == 1, output
     assert ("Horovod process 1 failed first, with exit code 137" if launcher == "horovod" else
             "worker 1 on 10.231.7.2 failed with exit code 137") in failed[0]
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
 
 def test_horovod_across_two_hosts_stops_on_sigterm_with_a_checkpoint_and_resumes(hosts, tmp_path):
@@ -174,12 +178,12 @@ def test_horovod_across_two_hosts_stops_on_sigterm_with_a_checkpoint_and_resumes
     stopped = [line for line in ranks.splitlines() if "stopped by SIGTERM" in line]
     (epoch, batch), = [position for position in checkpoint.saved_positions(prefix) if position[1]]
     assert len(stopped) == 1 and f"{prefix}-0000+{batch:06d}" in stopped[0]
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
     code, output = run(hosts, argv + ["--resume", prefix])
     assert code == 0, output + horovod_log(tmp_path / "logs")
     assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0)]
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
 
 def test_a_launcher_killed_with_sigkill_leaves_nothing_on_either_host(hosts, tmp_path):
@@ -206,7 +210,7 @@ def test_unusable_hosts_are_one_line_each_before_anything_starts(hosts, tmp_path
     assert "nobody@node2: ssh cannot log in without a password" in lines[1]
     assert "10.231.7.9: unreachable" in lines[2]
     assert not (tmp_path / "logs").exists()
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
 
 def test_a_remote_process_that_fails_to_start_shows_the_first_error_line_of_its_log(hosts,
@@ -218,7 +222,7 @@ def test_a_remote_process_that_fails_to_start_shows_the_first_error_line_of_its_
     assert re.search(r"worker [01] on 10\.231\.7\.2 failed with exit code 1: stopping the job",
                      output), output
     assert "ModuleNotFoundError: No module named 'no_such_module'" in output
-    assert_nothing_left(hosts)
+    assert_nothing_left(hosts, output)
 
 
 def test_a_name_that_resolves_to_loopback_among_several_hosts_is_one_error():
