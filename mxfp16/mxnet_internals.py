@@ -34,7 +34,8 @@ def graph_json(symbol):
 
 
 def symbol_block_graph(block):
-    """``(inputs, outputs)`` symbols of a ``gluon.SymbolBlock`` (``block._cached_graph``).
+    """``(inputs, outputs)`` symbols of a ``gluon.SymbolBlock`` (``block._cached_graph``), as
+    legacy Symbols (a shallow copy of a NumPy-interface block's numpy symbols: the same graph).
 
     Examples
     --------
@@ -45,7 +46,8 @@ def symbol_block_graph(block):
     >>> [s.name for s in inputs], outputs.name
     (['data'], 'r')
     """
-    return block._cached_graph
+    inputs, outputs = block._cached_graph
+    return [sym.as_nd_ndarray() for sym in inputs], outputs.as_nd_ndarray()
 
 
 def hybridized_graphs():

@@ -16,7 +16,7 @@ only where the result runs there: ``convert_hybrid_block`` with a CPU ``ctx``,
 import mxnet as mx
 from mxnet import gluon
 
-from .. import mxnet_internals
+from .. import mxnet_internals, numpy_interface
 from ..casting import cast_params
 from ..casting.deploy import float32_value
 from ..casting.emulation import resolve_emulate
@@ -198,7 +198,10 @@ def convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, f
     args, aux = cast_params({k: v for k, v in values.items() if k not in aux_names},
                             {k: v for k, v in values.items() if k in aux_names}, converted,
                             data_names=data_names, allow_missing=True, allow_extra=True)
-    result = gluon.SymbolBlock(converted, [mx.sym.var(name, dtype='float32') for name in data_names])
+    numpy = numpy_interface.numpy_mode()  # np arrays in and out for a NumPy-interface block
+    result = gluon.SymbolBlock(numpy_interface.numpy_symbol(converted, numpy),
+                               [numpy_interface.numpy_symbol(mx.sym.var(name, dtype='float32'),
+                                                             numpy) for name in data_names])
     loaded = dict(args, **aux)
     for name, param in result.collect_params().items():
         if name in loaded and param.dtype != loaded[name].dtype:

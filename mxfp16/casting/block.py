@@ -9,7 +9,7 @@ import warnings
 import mxnet as mx
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals
+from .. import mxnet_internals, numpy_interface
 from ..scaling import boundary as boundary_scale
 from ..dtypes import LOSS_HEADS
 from ..scaling.overflow import all_finite
@@ -31,9 +31,18 @@ OVERFLOW_WARNING = (
     "the float32 network with the checkpoint net.save_parameters() writes.")
 
 
-def _data_inputs(data_names):
-    """Input symbols for the data: float32 declared, any float dtype accepted at call time."""
-    return [mx.sym.var(name, dtype="float32") for name in data_names]
+def _data_inputs(data_names, numpy=False):
+    """Input symbols for the data: float32 declared, any float dtype accepted at call time; numpy
+    symbols for a network of the NumPy interface."""
+    return [numpy_interface.numpy_symbol(mx.sym.var(name, dtype="float32"), numpy)
+            for name in data_names]
+
+
+def _graph_block(graph, data_names, params, numpy):
+    """A SymbolBlock running ``graph``: a numpy graph (``mx.np.ndarray`` outputs) for a network of
+    the NumPy interface."""
+    return gluon.SymbolBlock(numpy_interface.numpy_symbol(graph, numpy),
+                             _data_inputs(data_names, numpy), params=params)
 
 
 def _ndarrays(out):
@@ -78,6 +87,9 @@ class CastBlock(gluon.SymbolBlock):
         The original block's ``save_parameters`` names.
     dtype : str
         The dtype the network was cast to.
+    numpy : bool
+        Whether the network is one of MXNet's NumPy interface: its graphs then run as numpy graphs,
+        taking and returning ``mx.np.ndarray``.
 
     Examples
     --------
@@ -94,9 +106,11 @@ class CastBlock(gluon.SymbolBlock):
     """
 
     def __init__(self, graphs, data_names, params, param_keys, dtype, tracer=None, plain=None,
-                 original=None, plain_training=None):
+                 original=None, plain_training=None, numpy=False):
         inference, training = graphs
-        super().__init__(inference, _data_inputs(data_names), params=params)
+        super().__init__(numpy_interface.numpy_symbol(inference, numpy),
+                         _data_inputs(data_names, numpy), params=params)
+        self.numpy = numpy
         self.data_names = list(data_names)
         self.param_keys = dict(param_keys)
         self._watch_outputs = dtype == "float16"
@@ -114,7 +128,7 @@ class CastBlock(gluon.SymbolBlock):
         train_names = data_names if plain_training is None else plain_training[0]
         # A child block, so hybridize() reaches it; it shares every Parameter.
         self.training_block = None if training is None else \
-            gluon.SymbolBlock(training, _data_inputs(train_names), params=params)
+            _graph_block(training, train_names, params, numpy)
         # Calls of another shape (nested states, optional inputs given or left out), and calls in
         # a mode not traced yet, get graphs of their own, traced from the original block by
         # ``tracer(call, training=...)`` on first use.
@@ -212,7 +226,7 @@ class CastBlock(gluon.SymbolBlock):
         # generator (and its constants) at the first training call, that is, in this trace.
         params = self.collect_params() if self._original is None else \
             self._original.collect_params()
-        block = gluon.SymbolBlock(trace.graph, _data_inputs(trace.data_names), params=params)
+        block = _graph_block(trace.graph, trace.data_names, params, self.numpy)
         self.register_child(block, f"variant{len(self._variants)}")
         flags = mxnet_internals.hybridize_flags(self)
         if flags is not None:
@@ -268,8 +282,8 @@ class CastBlock(gluon.SymbolBlock):
             if not (deduplicate and id(param) in seen):
                 seen.add(id(param))
                 saved[key] = deploy.float32_value(param) if dtype == "float32" else \
-                    param.list_data()[0].copyto(mx.cpu())
-        mx.nd.save(filename, saved)
+                    numpy_interface.legacy(param.list_data()[0]).copyto(mx.cpu())
+        numpy_interface.save_arrays(filename, saved)  # as Gluon writes in this front end
 
     def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
                         cast_dtype=False, dtype_source="current"):
@@ -289,7 +303,7 @@ class CastBlock(gluon.SymbolBlock):
         if dtype_source != "current":
             raise ValueError(f"dtype_source={dtype_source!r}: a cast network keeps its own dtypes; "
                              "leave dtype_source='current'")
-        values, extra = self._values_by_name(mx.nd.load(filename))
+        values, extra = self._values_by_name(numpy_interface.load_arrays(filename))
         missing = [name for name in self.collect_params() if name not in values]
         if missing and not allow_missing:
             raise ValueError(f"{filename!r} has no value for parameter(s) {missing[:4]}: pass "
@@ -301,7 +315,8 @@ class CastBlock(gluon.SymbolBlock):
         params.load_dict(values, ctx=ctx, allow_missing=True, cast_dtype=True)
         for name, value in values.items():
             for master in master_copies(params[name]):
-                master[:] = value.astype("float32").as_in_context(master.context)
+                master[:] = numpy_interface.legacy(value).astype("float32").as_in_context(
+                    master.context)
 
     def _values_by_name(self, loaded):
         """``({parameter name: value}, [unknown keys])`` for a loaded parameter file."""

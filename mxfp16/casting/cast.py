@@ -1,165 +1,28 @@
 """Casting Gluon blocks and Symbol graphs to float16 (or bfloat16) for training and inference.
 
-The recipe is the MXNet float16 guide's: a cast to float16 after every data input, float16 weights,
-float32 parameters for normalization layers, and a cast to float32 before softmax and loss heads
-(and before the other ops MXNet's AMP lists keep in float32).  Gluon blocks go through the same
-graph rewrite as symbols, so one set of rules serves both APIs.
-
-A Gluon block is traced per mode, in training and in inference mode, so that Python code branching
-on ``autograd.is_training()`` keeps both branches, and each mode with the inputs of its own call
-(GluonCV's detectors take targets in training only); the :class:`~mxfp16.casting.block.CastBlock`
-returned runs the graph of the current mode.
+``cast_symbol`` casts a graph: ``mode='full'`` by :mod:`~mxfp16.casting.full_graph` (the MXNet
+float16 guide's recipe), ``mode='amp'`` and bfloat16 by MXNet's AMP pass
+(:mod:`~mxfp16.casting.amp_graph`), float16 on a CPU then emulated (:mod:`~mxfp16.casting.emulation`).
+``cast_block`` traces a Gluon block into such graphs (:mod:`~mxfp16.casting.tracing`), in the
+legacy front end or MXNet's NumPy interface, and returns the
+:class:`~mxfp16.casting.block.CastBlock` that runs them.
 """
 import functools
-import json
 from collections import namedtuple
 
 import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon
+from mxnet import gluon
 
-from .. import mxnet_internals
-from .amp_graph import cast_with_amp, float32_tail
+from .. import mxnet_internals, numpy_interface
+from .amp_graph import cast_with_amp
 from .block import CastBlock
-from .boundary import Boundary
 from .plain_block import cast_children
-from .rules import (DTYPE_ATTR_OPS, EXACT_CONSTANT_OPS, INDEX_INPUTS, SHAPE_INPUTS, applies,
-                    check_dtype, check_mode)
 from .emulation import emulate_float16, resolve_emulate
-from .signature import (block_inputs, call_structure, describe_call, describe_signature,
-                        imperative_call_error)
-from .graph import (DTYPE_CODES, MARK, MARK_DTYPE, GraphRewriter, internal_dtypes, node_dtype,
-                    without_dtype)
-
-def _created_dtype(node):
-    """The dtype an op without inputs (``random.uniform``, ``zeros``, ``arange``) creates: its
-    ``dtype`` attribute, float32 when unset."""
-    dtype = node.get("attrs", {}).get("dtype", "None")
-    return "float32" if dtype == "None" else dtype
-
-
-def _target_dtype(node, tail=False):
-    """The dtype an op with inputs runs in, in the float16 graph (``tail``: no GEMM reads it)."""
-    return node_dtype(node) or (
-        "float32" if tail or applies("float32", node) else "float16")
-
-
-def _skipped(op):
-    """Input positions that take no dtype from the op: index inputs and shape-only inputs."""
-    return INDEX_INPUTS.get(op, ()) + SHAPE_INPUTS.get(op, ())
-
-
-def _consumer_dtypes(rw, tail, shape_only=frozenset()):
-    """``{old node id: set of dtypes its consumers run in}``, index and shape inputs, and the
-    ops read only for their shape, left out."""
-    wanted = {}
-    for old_id, node in enumerate(rw.old_nodes):
-        if node["op"] == "null" or not node["inputs"] or node.get("attrs", {}).get(MARK) \
-                or old_id in shape_only:
-            continue  # inserted casts of an earlier cast are not consumers: they are dropped
-        skip = _skipped(node["op"])
-        for position, entry in enumerate(node["inputs"]):
-            if position not in skip:
-                wanted.setdefault(entry[0], set()).add(_target_dtype(node, old_id in tail))
-    return wanted
-
-
-def _created(node, consumers):
-    """An op without inputs as the float16 graph creates it: zeros and ones directly in the one
-    dtype their consumers run in (a recurrent begin state needs float16, with no cast), anything
-    else (random samplers, arange) in its own dtype, cast where it meets float16 ops."""
-    if node["op"] in EXACT_CONSTANT_OPS and len(consumers) == 1:
-        return _with_dtype(node, next(iter(consumers)))
-    return node
-
-
-def _with_dtype(node, dtype):
-    """``node`` with its ``dtype`` attribute set to ``dtype``, the original kept for a later cast."""
-    attrs = node.get("attrs", {})
-    if attrs.get("dtype") == dtype:
-        return node
-    return dict(node, attrs=dict(attrs, dtype=dtype, **{MARK_DTYPE: attrs.get("dtype", "None")}))
-
-
-#: Values of an op's ``dtype`` attribute that name the float dtype of its output (Embedding's
-#: weight and output, one_hot's output): a float16 op gets ``dtype='float16'``.
-_FLOAT_DTYPE_ATTRS = ("float32", "float16", "float64")
-
-#: Dtypes the float16 rule converts between; other kinds (int32 lengths, ids) flow as they are.
-_FLOAT_KINDS = ("float16", "float32")
-
-
-def _cast_op(rw, old_id, node, inputs, kind, tail):
-    """Emit an op with inputs in the float16 graph: its inputs cast to the dtype it runs in; return
-    that dtype.  Ops on integer values (valid lengths, shape_array) stay so; shapes are read as is."""
-    skip = _skipped(node["op"])
-    if skip and len(skip) == len(inputs) and node["op"] in SHAPE_INPUTS:  # shape_array: integers
-        rw.emit(node, inputs, old_id)
-        return "int64"
-    kinds = [kind.get(e[0]) for i, e in enumerate(inputs) if i not in skip]
-    if kinds and all(k is not None and k not in _FLOAT_KINDS for k in kinds):
-        rw.emit(node, inputs, old_id)
-        return kinds[0]
-    target = _target_dtype(node, tail)
-    other = {"float32": "float16", "float16": "float32"}[target]
-    inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
-              for i, e in enumerate(inputs)]
-    dtype = node.get("attrs", {}).get("dtype", "float32" if node["op"] in DTYPE_ATTR_OPS else None)
-    if dtype in _FLOAT_DTYPE_ATTRS:
-        node = _with_dtype(node, target)
-    rw.emit(node, inputs, old_id)
-    return target
-
-
-def _cast_whole_graph(sym, data_names):
-    """The GPU float16 graph of the MXNet float16 guide (no emulation).
-
-    Every op runs in float16 but those of :data:`~mxfp16.casting.rules.FLOAT32_OPS`, which take float32
-    and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
-    (softmax between two batch_dots, LayerNorm between GEMMs), and those no GEMM reads
-    (:func:`~mxfp16.casting.amp_graph.float32_tail`: box decoding, NMS, losses).  What is read
-    only for its shape runs in its input's dtype, and the tail's layout ops on float16 values
-    read by them alone stay float16 (see :mod:`~mxfp16.casting.boundary`).
-    """
-    rw = GraphRewriter(sym)
-    tail = float32_tail(rw)
-    boundary = Boundary(rw)
-    shape_only = boundary.shape_only
-    consumers = _consumer_dtypes(rw, tail, shape_only)
-    kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
-    for old_id, node in rw.nodes_in_order():
-        if node["op"] == "null":
-            is_data = node["name"] in data_names
-            if not is_data:  # declared float32 where only float32 ops read it (SSD's anchors,
-                # which slice_like reads without giving them a type), else left to inference
-                node = without_dtype(node)
-                if consumers.get(old_id) == {"float32"}:
-                    node = dict(node, attrs=dict(node.get("attrs", {}),
-                                                 __dtype__=DTYPE_CODES["float32"]))
-            new_id = rw.emit(node, [], old_id)
-            kind[new_id] = "float32" if is_data else None
-            continue
-        if not node["inputs"]:  # its dtype attribute decides, not the float16 rule
-            node = _created(node, consumers.get(old_id, set()))
-            kind[rw.emit(node, [], old_id)] = _created_dtype(node)
-            continue
-        inputs = [rw.input_entry(e) for e in node["inputs"]]
-        target = node_dtype(node)
-        kinds = {kind.get(e[0]) for e in inputs}
-        if target is None and old_id in shape_only and len(kinds) == 1:
-            target = kinds.pop()  # its value is never used: no cast, its input's dtype
-            rw.emit(node, inputs, old_id)
-        elif target is None and old_id in tail and boundary.stays_float16(old_id, node, kind):
-            target = "float16"
-            rw.emit(node, inputs, old_id)
-        elif target is None:
-            target = _cast_op(rw, old_id, node, inputs, kind, old_id in tail)
-        else:
-            rw.emit(node, inputs, old_id)
-        kind[len(rw.nodes) - 1] = target
-    heads = [rw.cast(h, "float32") if kind.get(h[0]) == "float16" else h for h in rw.heads()]
-    return rw.to_symbol(heads)
-
+from .full_graph import cast_whole_graph
+from .graph import internal_dtypes
+from .rules import check_dtype, check_mode
+from .signature import ImperativeCallError
+from .tracing import cast_parameters, data_input_names, trace_plain, variant_tracer
 
 def _describe(value):
     """A one-line description of a wrong argument: its type and the start of its repr."""
@@ -230,20 +93,13 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     if dtype == "bfloat16":
         resolve_emulate(emulate, dtype)
         return cast_with_amp(sym, dtype, data_names)
-    gpu = _cast_whole_graph(sym, data_names) if mode == "full" else \
+    gpu = cast_whole_graph(sym, data_names) if mode == "full" else \
         cast_with_amp(sym, dtype, data_names)
     if not resolve_emulate(emulate, dtype):
         return gpu
     plan = internal_dtypes(gpu, data_names)
     return emulate_float16(sym, plan, data_names)
 
-
-def _structure(sym):
-    """A graph without what differs between two traces of one block (op names, aux versions)."""
-    graph = json.loads(sym.tojson(remove_amp_cast=False))
-    nodes = [(node["op"], node["name"] if node["op"] == "null" else "", node.get("attrs"),
-              [entry[:2] for entry in node["inputs"]]) for node in graph["nodes"]]
-    return nodes, [head[:2] for head in graph["heads"]]
 
 
 def _block_graphs(block):
@@ -255,32 +111,6 @@ def _block_graphs(block):
     return [s.name for s in inputs], outputs, None
 
 
-class _Float32Init(mx.init.Initializer):
-    """Draws a parameter's initial value in float32 and rounds it to the parameter's dtype, so
-    that a float16 network initialized from a seed starts from float32's weights rounded."""
-
-    def __init__(self, initializer):
-        super().__init__()
-        self._initializer = mx.init.create(initializer)
-
-    def __call__(self, desc, arr):
-        value = mx.nd.zeros(arr.shape, ctx=arr.context, dtype="float32")
-        self._initializer(desc, value)
-        arr[:] = value.astype(arr.dtype)
-
-
-def _cast_parameters(params, graphs, data_names):
-    """Cast each parameter in place to the dtype the cast graphs give it.  A parameter still
-    waiting for its shape (deferred initialization) is initialized in float32 and then rounded:
-    drawn in float16, a uniform or normal initializer gives other values than float32 from the same
-    seed."""
-    for sym in graphs:
-        types = internal_dtypes(sym, data_names)
-        for name, param in params.items():
-            if name in types and np.dtype(param.dtype) != np.dtype(types[name]):
-                mxnet_internals.wrap_deferred_initializer(param, _Float32Init)
-                param.cast(np.dtype(types[name]).type)
-
 
 def _default_layouts(params):
     """Copy each initialized parameter's values into MXNet's default layout: an
@@ -291,80 +121,6 @@ def _default_layouts(params):
         if mxnet_internals.initialized_arrays(param):
             param.cast(param.dtype)  # fresh copies, as a float16 cast makes them
 
-
-def _input_names(block, input_names):
-    """The names the block's data inputs are traced under: ``input_names`` when given; else
-    ``data`` for a block of one required input (as before), the names of ``hybrid_forward`` (or
-    of the block's own ``forward``) for several."""
-    if input_names is not None:
-        return tuple(input_names)
-    inputs = block_inputs(block)
-    if inputs is None or len(inputs[0]) <= 1:
-        return ("data",)
-    return inputs[0]
-
-
-#: One traced call: the cast graph, its data inputs (names and positions among the call's flat
-#: arrays), the nesting of its outputs, and the structure of the float32 graph (to compare traces).
-Trace = namedtuple("Trace", ["data_names", "positions", "graph", "out_fmt", "structure"])
-
-
-def _traced_outputs(block, symbols, training, recording):
-    """``block(*symbols)`` in the autograd state of the call being traced: GluonCV's YOLOv3 returns
-    its losses when recording in training mode, raw predictions when only training."""
-    scope = autograd.record(train_mode=True) if training and recording else \
-        autograd.train_mode() if training else autograd.predict_mode()
-    with scope:
-        return block(*symbols)
-
-
-def _variant_tracer(block, dtype, emulate, mode):
-    """``trace(call, names=None, training=False, recording=None) -> Trace``: the cast graph of
-    ``block`` called as in ``call`` (nested lists, None), in one mode, for :class:`CastBlock`.
-    ``recording`` (default: ``training``) traces inside ``autograd.record()``."""
-    def trace(call, names=None, training=False, recording=None):
-        flat, fmt, _ = call_structure(call)
-        names = list(names) if names else [f"input{index}" for index in range(len(flat))]
-        symbols = mxnet_internals.regroup(
-            [None if array is None else mx.sym.var(name) for array, name in zip(flat, names)], fmt)
-        with autograd.pause():  # the casting's own NDArray work is never recorded
-            try:
-                outputs = _traced_outputs(block, symbols, training,
-                                          training if recording is None else recording)
-            except (TypeError, AssertionError) as error:
-                raise imperative_call_error(error, block) or TypeError(
-                    f"the cast network takes what {describe_signature(block)} takes, called with "
-                    f"{describe_call(call)} in {'training' if training else 'inference'} mode: "
-                    f"{' '.join(str(error).split())}") from None
-            out_flat, out_fmt = mxnet_internals.flatten_call(outputs)
-            graph = out_flat[0] if len(out_flat) == 1 else mx.sym.Group(out_flat)
-            used = set(graph.list_arguments())
-            positions = [index for index, (array, name) in enumerate(zip(flat, names))
-                         if array is not None and name in used]
-            data_names = [names[index] for index in positions]
-            cast = cast_symbol(graph, dtype, emulate=emulate, mode=mode, data_names=data_names)
-            _cast_parameters(block.collect_params(), [cast], data_names)
-        return Trace(data_names, positions, cast, out_fmt, _structure(graph))
-    return trace
-
-
-def _closed_signature(block, count):
-    """Whether ``block`` takes exactly ``count`` inputs, none optional: its training call is then
-    its inference call, and both can be traced when it is cast."""
-    inputs = block_inputs(block)
-    return inputs is not None and not inputs[1] and len(inputs[0]) == count
-
-
-def _trace_plain(tracer, block, names):
-    """The traces of the call with ``names``: inference, and training where the block's signature
-    leaves no other training call (None: traced at the first training call, with its inputs)."""
-    inference = tracer([mx.nd.zeros(1)] * len(names), names)
-    if not _closed_signature(block, len(names)):
-        return inference, None
-    training = tracer([mx.nd.zeros(1)] * len(names), names, training=True)
-    if training.structure == inference.structure:
-        training = training._replace(graph=None)
-    return inference, training
 
 
 def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None):
@@ -453,41 +209,81 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     if plain:  # its HybridBlock parts cast in place, float32 checkpoints (see plain_block)
         return cast_children(block, functools.partial(cast_block, dtype=dtype, emulate=emulate,
                                                       mode=mode))
-    params = block.collect_params()
     if dtype == "bfloat16":
-        _default_layouts(params)
-    if isinstance(block, gluon.SymbolBlock):  # a fixed graph: its own inputs, as they are
-        data_names, *graphs = _block_graphs(block)
-        graphs = [None if sym is None else
-                  cast_symbol(sym, dtype, emulate=emulate, mode=mode, data_names=data_names)
-                  for sym in graphs]
-        _cast_parameters(params, [sym for sym in graphs if sym is not None], data_names)
-        tracer, plain = None, (len(data_names), list(range(len(data_names))), None)
-        plain_training = (data_names,) + plain[1:]
-    else:  # traced called with plain arrays; other calls traced on first use
-        tracer = _variant_tracer(block, dtype, emulate, mode)
-        names = _input_names(block, input_names)
+        _default_layouts(block.collect_params())
+    cast_graph = functools.partial(cast_symbol, dtype=dtype, emulate=emulate, mode=mode)
+    traced = _symbol_block_traces(block, cast_graph) if isinstance(block, gluon.SymbolBlock) \
+        else _hybrid_block_traces(block, cast_graph, input_names_given=input_names)
+    return _cast_network(block, dtype, mode, traced)
+
+
+#: What tracing a block gave: the cast graphs (inference, training or None), the data inputs, the
+#: tracer of other calls (None for a fixed graph), the plain call in inference and in training
+#: mode (see :class:`CastBlock`), and whether the block is one of the NumPy interface.
+_Traced = namedtuple("_Traced", ["graphs", "data_names", "tracer", "plain", "plain_training",
+                                 "numpy"])
+
+
+def _symbol_block_traces(block, cast_graph):
+    """A SymbolBlock's graphs cast as they are: a fixed graph, its own inputs."""
+    data_names, *graphs = _block_graphs(block)
+    graphs = [None if sym is None else cast_graph(sym, data_names=data_names) for sym in graphs]
+    cast_parameters(block.collect_params(), [sym for sym in graphs if sym is not None],
+                    data_names)
+    plain = (len(data_names), list(range(len(data_names))), None)
+    numpy = getattr(block, "numpy", None)
+    numpy = numpy_interface.numpy_mode() if numpy is None else numpy
+    return _Traced(graphs, data_names, None, plain, (data_names,) + plain[1:], numpy)
+
+
+def _hybrid_block_traces(block, cast_graph, input_names_given):
+    """A HybridBlock traced called with plain arrays (other calls are traced on first use), in
+    the front end the process is in: the NumPy interface's or the legacy one."""
+    numpy = numpy_interface.numpy_mode()
+    tracer = variant_tracer(block, cast_graph, numpy)
+    names = data_input_names(block, input_names_given)
+    try:
+        inference, training = trace_plain(tracer, block, names)
+    except (TypeError, ValueError, AssertionError, mx.base.MXNetError) as error:
+        # nd.* in hybrid_forward or the wrong front end fails every trace: say so now
+        if input_names_given is not None or isinstance(error, numpy_interface.FrontEndError) \
+                or (isinstance(error, ImperativeCallError) and error.method == "hybrid_forward"):
+            raise
+        return _deferred_traces(block, tracer, numpy, error)
+    plain = (len(names), inference.positions, inference.out_fmt)
+    plain_training = training and (training.data_names, training.positions, training.out_fmt)
+    return _Traced((inference.graph, training and training.graph), inference.data_names, tracer,
+                   plain, plain_training, numpy)
+
+
+def _deferred_traces(block, tracer, numpy, error):
+    """Inputs that must be nested (a decoder's ``[memory, mask]`` states): every call is traced
+    at its first use, which also casts the parameters.  Until then the graph holds the parameters
+    (or, for a block without any, a constant), and a failed later trace names this first error."""
+    params = list(block.collect_params().items())
+    graph = mx.sym.Group([mx.sym.var(name, dtype=param.dtype) for name, param in params]) \
+        if params else mx.sym.zeros((1,), name="untraced")
+    first = f"{type(error).__name__}: {' '.join(str(error).split())[:400]}"
+
+    def trace(*args, **kwargs):
         try:
-            inference, training = _trace_plain(tracer, block, names)
-        except (TypeError, ValueError, AssertionError, mx.base.MXNetError) as error:
-            # nd.* in hybrid_forward fails every trace: say so now, not at the first call
-            if input_names is not None or getattr(error, "method", None) == "hybrid_forward":
-                raise
-            # Inputs that must be nested (a decoder's [memory, mask] states): traced at the first
-            # call, which also casts the parameters; until then the graph holds the parameters.
-            graph = mx.sym.Group([mx.sym.var(name, dtype=param.dtype)
-                                  for name, param in params.items()])
-            names, inference, training = (), Trace([], [], graph, None, None), None
-        data_names, graphs = inference.data_names, (inference.graph, training and training.graph)
-        plain = (len(names), inference.positions, inference.out_fmt)
-        plain_training = training and (training.data_names, training.positions, training.out_fmt)
+            return tracer(*args, **kwargs)
+        except TypeError as later:
+            raise TypeError(f"{later} (at the cast, the call with plain inputs failed too: "
+                            f"{first})") from None
+    return _Traced((graph, None), [], trace, (0, [], None), None, numpy)
+
+
+def _cast_network(block, dtype, mode, traced):
+    """The :class:`CastBlock` of the traces, with the block's hybridize settings."""
     keys = block.param_keys if isinstance(block, CastBlock) else \
         mxnet_internals.block_param_keys(block)
-    cast = CastBlock(graphs, data_names, params, keys, dtype, tracer=tracer, plain=plain,
-                     original=None if tracer is None else block, plain_training=plain_training)
+    cast = CastBlock(traced.graphs, traced.data_names, block.collect_params(), keys, dtype,
+                     tracer=traced.tracer, plain=traced.plain,
+                     original=None if traced.tracer is None else block,
+                     plain_training=traced.plain_training, numpy=traced.numpy)
     cast.recast = functools.partial(cast_symbol, mode=mode)  # export's float16 graph
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)
     return cast
-

@@ -25,6 +25,7 @@ from mxnet import autograd, gluon
 from .. import mxnet_internals
 from ..checkpoints.atomic import StagedFiles
 from ..optimizers import master_copies
+from ..numpy_interface import legacy
 from . import fastround
 from .graph import GraphRewriter, internal_dtypes, strip
 from .params import cast_params
@@ -45,7 +46,7 @@ def float32_value(param):
     >>> float32_value(p).dtype.__name__
     'float32'
     """
-    arrays = param.list_data()
+    arrays = [legacy(array) for array in param.list_data()]
     masters = master_copies(param)
     if masters and bool((masters[0].astype(arrays[0].dtype) == arrays[0]).min().asscalar()):
         return masters[0].copyto(mx.cpu())

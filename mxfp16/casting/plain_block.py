@@ -14,6 +14,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from .. import mxnet_internals
+from ..numpy_interface import legacy, load_arrays, save_arrays
 from ..optimizers import master_copies
 from .block import SAVE_DTYPES, CastBlock
 from .deploy import float32_value
@@ -61,38 +62,6 @@ def cast_children(block, cast):
                 "__doc__": cls.__doc__})
         block.__class__ = _cast_classes[cls]
     return block
-
-
-def _save(filename, arrays):
-    """Save as Gluon does in the current front end: ``npx.save`` of np arrays in numpy mode,
-    ``nd.save`` of NDArrays otherwise."""
-    if mx.util.is_np_array():
-        mx.npx.save(filename, {key: value.as_np_ndarray() for key, value in arrays.items()})
-    else:
-        mx.nd.save(filename, {key: value.as_nd_ndarray() for key, value in arrays.items()})
-
-
-def _load(filename):
-    """``{key: array}`` of a parameter file written in either front end, as arrays of the current
-    one: Gluon's ``load_parameters`` reads legacy files in numpy mode so, and here the reverse
-    too (MXNet refuses a numpy-mode file in legacy mode: "ndarray was saved in np shape
-    semantics")."""
-    numpy_mode = mx.util.is_np_array()
-    try:
-        loaded = mx.npx.load(filename) if numpy_mode else mx.nd.load(filename)
-    except mx.base.MXNetError as error:
-        if "is_np_shape" not in str(error):
-            raise
-        if numpy_mode:
-            with mx.util.np_array(False), mx.util.np_shape(False):
-                loaded = mx.nd.load(filename)
-        else:
-            with mx.util.np_shape(True):
-                loaded = mx.nd.load(filename)
-    if not isinstance(loaded, dict):
-        return {}
-    return {key: value.as_np_ndarray() if numpy_mode else value.as_nd_ndarray()
-            for key, value in loaded.items()}
 
 
 class CastPlainBlock:
@@ -150,8 +119,8 @@ class CastPlainBlock:
             if not (deduplicate and id(param) in seen):
                 seen.add(id(param))
                 saved[key] = float32_value(param) if dtype == "float32" else \
-                    param.list_data()[0].copyto(mx.cpu())
-        _save(filename, saved)
+                    legacy(param.list_data()[0]).copyto(mx.cpu())
+        save_arrays(filename, saved)  # as Gluon writes in this front end
 
     def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
                         cast_dtype=False, dtype_source="current"):
@@ -171,7 +140,7 @@ class CastPlainBlock:
         if dtype_source != "current":
             raise ValueError(f"dtype_source={dtype_source!r}: a cast network keeps its own dtypes; "
                              "leave dtype_source='current'")
-        values, extra = _values_by_name(self, _load(filename))
+        values, extra = _values_by_name(self, load_arrays(filename))
         params = self.collect_params()
         missing = [name for name in params if name not in values]
         if missing and not allow_missing:
@@ -183,7 +152,7 @@ class CastPlainBlock:
         params.load_dict(values, ctx=ctx, allow_missing=True, cast_dtype=True)
         for name, value in values.items():
             for master in master_copies(params[name]):
-                master[:] = value.astype("float32").as_in_context(master.context)
+                master[:] = legacy(value).astype("float32").as_in_context(master.context)
 
 
 def _values_by_name(block, loaded):

@@ -43,6 +43,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
+from .numpy_interface import legacy, like
+
 #: Where the scale of a head-ignoring loss goes, in the words of the Trainer's log.
 SCALED_AT_BOUNDARY = "boundary"
 NO_CAST_NETWORK = "no cast network"
@@ -72,11 +74,14 @@ def _is_float(value):
         np.issubdtype(np.dtype(value.dtype), np.floating)
 
 
-def _times(array, factor):
+def _times(value, factor):
+    """``value`` times ``factor`` (an ``mx.np.ndarray`` through a legacy view, handed back as
+    one: the view shares its memory and autograd history)."""
+    array = legacy(value)
     if _State.scale == 1.0:
-        return mx.nd.broadcast_mul(array, factor)
+        return like(mx.nd.broadcast_mul(array, factor), value)
     fixed = mx.nd.BlockGrad(array)
-    return fixed + mx.nd.broadcast_mul(factor, array - fixed)
+    return like(fixed + mx.nd.broadcast_mul(factor, array - fixed), value)
 
 
 def _view(factor):

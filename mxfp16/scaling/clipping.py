@@ -31,7 +31,7 @@ import mxnet as mx
 import numpy as np
 
 from .. import mxnet_internals
-from .overflow import flat_trainer_grads
+from ..numpy_interface import legacy, like
 
 __all__ = ["global_norm", "clip_global_norm", "clip_grad_global_norm", "HeldScale", "watch",
            "route", "unroute"]
@@ -94,9 +94,10 @@ def _arrays_scale(arrays):
     owners = {}
     for trainer in list(_watched):
         state = _held(trainer)
-        if state is not None:
+        if state is not None:  # the arrays themselves, not views: the caller's own handles
             owners.update((grad.handle.value, (trainer, state))
-                          for grad in flat_trainer_grads(trainer))
+                          for param in mxnet_internals.trainer_params(trainer)
+                          if param.grad_req != "null" for grad in param.list_grad())
     if not owners:
         return None
     return _one_scale([owners.get(array.handle.value, (None, None)) for array in arrays])
@@ -142,8 +143,9 @@ def global_norm(arrays):
         raise ValueError("global_norm needs at least one array, got an empty list: pass the "
                          "gradients, e.g. [p.grad() for p in net.collect_params().values()]")
     ctx, dtype = arrays[0].context, _accumulation_dtype(arrays)
-    squares = [_sum_of_squares(array, dtype).reshape((1,)).as_in_context(ctx) for array in arrays]
-    return mx.nd.sqrt(mx.nd.add_n(*squares))
+    squares = [_sum_of_squares(legacy(array), dtype).reshape((1,)).as_in_context(ctx)
+               for array in arrays]
+    return like(mx.nd.sqrt(mx.nd.add_n(*squares)), arrays[0])
 
 
 def _compared_norm(total, held, check_isfinite):
@@ -207,11 +209,15 @@ def clip_global_norm(arrays, max_norm, check_isfinite=True):
 
 
 def _clip_arrays(arrays, max_norm, check_isfinite, held):
+    """Clip ``arrays`` (``mx.np.ndarray`` through legacy views: the same memory); the norm as
+    Gluon returns it (an ``mx.np.ndarray`` for numpy arrays when not a float)."""
+    template = arrays[0] if arrays else None
+    arrays = [legacy(array) for array in arrays]
     total = global_norm(arrays)
     norm = _compared_norm(total, held, check_isfinite)
     ones = mx.nd.ones(1, ctx=norm.context, dtype=norm.dtype)
     _multiply(arrays, mx.nd.min(mx.nd.concat(max_norm / (norm + 1e-8), ones, dim=0)), norm, held)
-    return float(norm.asscalar()) if check_isfinite else norm
+    return float(norm.asscalar()) if check_isfinite else like(norm, template)
 
 
 def clip_grad_global_norm(parameters, max_norm, check_isfinite=True):
@@ -266,12 +272,13 @@ def clip_grad_global_norm(parameters, max_norm, check_isfinite=True):
 
 
 def _clip_params(params, max_norm, check_isfinite, held):
-    grads = [param.list_grad()[index % len(param.list_grad())]
+    grads = [legacy(param.list_grad()[index % len(param.list_grad())])
              for index, param in enumerate(params)]
     total = global_norm(grads)
     norm = _compared_norm(total, held, check_isfinite)
     ratio = mx.nd.maximum(mx.nd.ones((1,), ctx=norm.context, dtype=norm.dtype), norm / max_norm)
-    _multiply([grad for param in params for grad in param.list_grad()], 1 / ratio, norm, held)
+    _multiply([legacy(grad) for param in params for grad in param.list_grad()], 1 / ratio, norm,
+              held)
     return norm
 
 

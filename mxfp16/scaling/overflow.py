@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as np
 
 from .. import mxnet_internals
+from ..numpy_interface import legacy
 
 #: Gradients checked per ``multi_all_finite`` call (one fused kernel per chunk).
 _FINITE_CHECK_CHUNK = 128
@@ -22,8 +23,9 @@ def _slow_on_cpu(array):
 
 
 def trainer_grads(trainer):
-    """Every gradient array of a Trainer's parameters: ``[[param0 on dev0, on dev1, ...], ...]``."""
-    return [param.list_grad() for param in mxnet_internals.trainer_params(trainer)
+    """Every gradient array of a Trainer's parameters: ``[[param0 on dev0, on dev1, ...], ...]``,
+    as legacy NDArrays (views of a NumPy-interface network's gradients)."""
+    return [[legacy(grad) for grad in param.list_grad()] for param in mxnet_internals.trainer_params(trainer)
             if param.grad_req != "null"]
 
 
@@ -52,7 +54,7 @@ def all_finite(arrays):
     """
     groups = {}  # multi_all_finite wants one device and one dtype per call
     flags = []
-    for array in arrays:
+    for array in map(legacy, arrays):
         if 0 in array.shape:  # (``size`` is refused by sparse arrays)
             continue
         if _slow_on_cpu(array):  # x . (x * 0) is 0 when all of x is finite, NaN when not
@@ -92,7 +94,8 @@ def max_magnitudes(arrays):
     if not arrays:
         return np.zeros(0)
     maxima = [mx.nd.max(mx.nd.abs(array.astype("float32") if _slow_on_cpu(array) else array))
-              .astype("float32").as_in_context(mx.cpu()).reshape((1,)) for array in arrays]
+              .astype("float32").as_in_context(mx.cpu()).reshape((1,))
+              for array in map(legacy, arrays)]
     return mx.nd.concat(*maxima, dim=0).asnumpy().astype(np.float64)
 
 
@@ -142,6 +145,7 @@ def device_sums(per_param):
     >>> sums[0].asnumpy().tolist()
     [4.0, -3.0]
     """
+    per_param = [[legacy(grad) for grad in grads] for grads in per_param]
     return [grads[0] if len(grads) == 1 else
             mx.nd.add_n(*[g.as_in_context(grads[0].context).astype("float32") for g in grads])
             for grads in per_param]
