@@ -43,7 +43,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from .numpy_interface import legacy, like
+from ..numpy_interface import legacy, like
 
 #: Where the scale of a head-ignoring loss goes, in the words of the Trainer's log.
 SCALED_AT_BOUNDARY = "boundary"
