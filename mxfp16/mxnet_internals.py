@@ -328,3 +328,32 @@ def initialized_arrays(param):
     """The arrays of an initialized Parameter, one per device (``param._data``); [] while it waits
     for initialization or for its shape."""
     return [] if param._data is None else list(param._data)
+
+
+@contextlib.contextmanager
+def amp_lists_extended(dtype, extra):
+    """MXNet AMP's op lists for ``dtype`` with the ops of ``extra`` (``{list name: [ops]}``, such
+    as ``'FP32_FUNCS'``) added while the body runs: ``mxnet.contrib.amp.lists.symbol_fp16`` /
+    ``symbol_bf16``'s module-level lists, which MXNet 1.9.1's ``amp.convert_symbol`` reads at each
+    call (its widest-type list is read only there, and op names in its arguments must be in a
+    list).  The lists are put back afterwards, also on an error.
+
+    Examples
+    --------
+    >>> from mxnet.contrib.amp.lists import symbol_fp16
+    >>> with amp_lists_extended('float16', {'FP32_FUNCS': ['my_op']}):
+    ...     'my_op' in symbol_fp16.FP32_FUNCS
+    True
+    >>> 'my_op' in symbol_fp16.FP32_FUNCS
+    False
+    """
+    from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
+    module = symbol_fp16 if dtype == "float16" else symbol_bf16
+    saved = {name: getattr(module, name) for name in extra}
+    try:
+        for name, ops in extra.items():
+            setattr(module, name, list(saved[name]) + [op for op in ops if op not in saved[name]])
+        yield
+    finally:
+        for name, ops in saved.items():
+            setattr(module, name, ops)

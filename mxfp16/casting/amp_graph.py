@@ -13,11 +13,12 @@ from mxnet.contrib import amp
 from mxnet.contrib.amp.lists import symbol_bf16 as _bf16_lists
 from mxnet.contrib.amp.lists import symbol_fp16 as _fp16_lists
 
+from .. import mxnet_internals
 from .channels import pad_output_channels
 from .transposed import deconvolution_as_convolution
 from .graph import MARK, GraphRewriter, feeding, internal_dtypes, node_dtype, strip
 from .rules import (BFLOAT16_FLOAT32_GEMMS, BFLOAT16_LISTED_OPS, DTYPE_ATTR_OPS, GEMM_OPS,
-                    INDEX_INPUTS, applies)
+                    INDEX_INPUTS, applies, numpy_amp_lists)
 
 #: Ops the tail rule leaves alone: GEMMs, and lookups whose weight dtype is theirs (a float16
 #: Embedding's table is float16, wherever it sits).
@@ -191,10 +192,11 @@ def cast_with_amp(sym, dtype, data_names):
     excluded = [node["name"] for node in nodes
                 if dtype == "bfloat16" and applies("bfloat16_float32", node)]
     try:
-        converted = amp.convert_symbol(_with_stand_ins(plain, dtype), target_dtype=dtype,
-                                       data_names=list(data_names),
-                                       cast_optional_params=(dtype == "float16"),
-                                       excluded_sym_names=excluded)
+        with mxnet_internals.amp_lists_extended(dtype, numpy_amp_lists(dtype)):
+            converted = amp.convert_symbol(_with_stand_ins(plain, dtype), target_dtype=dtype,
+                                           data_names=list(data_names),
+                                           cast_optional_params=(dtype == "float16"),
+                                           excluded_sym_names=excluded)
     except mx.base.MXNetError as error:
         fix = "cast with mode='full' (the default)" if dtype == "float16" else \
             "cast to float16 with mode='full' (the default), or keep this part float32"

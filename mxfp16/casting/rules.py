@@ -93,6 +93,72 @@ def row(ops, rule, reason, inputs=(), when=None):
     return Rule(ops, rule, reason, tuple(inputs), when)
 
 
+#: The NumPy interface's own ops (``npx.set_np()``; MXNet 1.9.1's AMP lists name none of them),
+#: each with the legacy op whose rules and AMP list it follows.  Its layers record the legacy ops
+#: already (``_npx_fully_connected`` is FullyConnected, ``_npx_softmax`` softmax,
+#: ``_npx_log_softmax`` log_softmax, ``_npx_layer_norm`` LayerNorm, ``_npx_batch_dot``
+#: batch_dot): only its arithmetic, reductions, layout ops and constants are ops of their own.
+NUMPY_TWINS = {
+    # elementwise arithmetic on two arrays, and joins: MXNet AMP's widest-type ops
+    "_npi_add": "broadcast_add", "_npi_subtract": "broadcast_sub", "_npi_multiply": "broadcast_mul",
+    "_npi_true_divide": "broadcast_div", "_npi_mod": "broadcast_mod",
+    "_npi_power": "broadcast_power", "_npi_hypot": "broadcast_hypot",
+    "_npi_equal": "broadcast_equal", "_npi_not_equal": "broadcast_not_equal",
+    "_npi_greater": "broadcast_greater", "_npi_greater_equal": "broadcast_greater_equal",
+    "_npi_less": "broadcast_lesser", "_npi_less_equal": "broadcast_lesser_equal",
+    "_npi_concatenate": "Concat", "_npi_stack": "stack", "_npi_where": "where",
+    # with a scalar (``X / math.sqrt(d)`` is _npi_true_divide_scalar)
+    "_npi_add_scalar": "_plus_scalar", "_npi_subtract_scalar": "_minus_scalar",
+    "_npi_rsubtract_scalar": "_rminus_scalar", "_npi_multiply_scalar": "_mul_scalar",
+    "_npi_true_divide_scalar": "_div_scalar", "_npi_rtrue_divide_scalar": "_rdiv_scalar",
+    "_npi_power_scalar": "_power_scalar", "_npi_rpower_scalar": "_rpower_scalar",
+    "_npi_mod_scalar": "_mod_scalar",
+    # one array
+    "_npx_relu": "relu", "_npx_sigmoid": "sigmoid", "_npi_logistic": "sigmoid",
+    "_npi_exp": "exp", "_npi_expm1": "expm1", "_npi_log": "log", "_npi_log10": "log10",
+    "_npi_log2": "log2", "_npi_log1p": "log1p", "_npi_sqrt": "sqrt", "_npi_cbrt": "cbrt",
+    "_npi_square": "square", "_npi_reciprocal": "reciprocal", "_npi_negative": "negative",
+    "_npi_absolute": "abs", "_npi_sign": "sign", "_npi_tanh": "tanh", "_npi_sin": "sin",
+    "_npi_cos": "cos", "_npi_tan": "tan", "_npi_arcsin": "arcsin", "_npi_arccos": "arccos",
+    "_npi_arctan": "arctan", "_npi_sinh": "sinh", "_npi_cosh": "cosh", "_npi_arcsinh": "arcsinh",
+    "_npi_arccosh": "arccosh", "_npi_arctanh": "arctanh", "_npi_floor": "floor",
+    "_npi_ceil": "ceil", "_npi_rint": "rint", "_npi_trunc": "trunc", "_npi_fix": "fix",
+    # reductions (std, var, average and cumsum are sums, as mean is)
+    "_np_sum": "sum", "_npi_mean": "mean", "_np_prod": "prod", "_npi_norm": "norm",
+    "_npi_std": "mean", "_npi_var": "mean", "_npi_average": "mean", "_np_cumsum": "sum",
+    "_np_max": "max", "_np_min": "min",
+    # layout
+    "_npx_reshape": "Reshape", "_np_reshape": "Reshape", "_np_transpose": "transpose",
+    "_np_moveaxis": "transpose", "_np_squeeze": "squeeze", "_np_copy": "_copy",
+    "_npi_broadcast_to": "broadcast_to", "_npi_flip": "reverse", "_np_roll": "reverse",
+    # constants
+    "_npi_zeros": "_zeros", "_npi_ones": "_ones", "_npi_full_like": "zeros_like",
+    # contractions: GEMMs
+    "_npi_matmul": "batch_dot", "_np_dot": "dot", "_npi_tensordot": "dot",
+    "_npi_tensordot_int_axes": "dot", "_npi_einsum": "dot",
+}
+
+
+def numpy_twins_in(ops):
+    """The NumPy interface's ops whose legacy twin is one of ``ops`` (an AMP list, a row's ops).
+
+    Examples
+    --------
+    >>> sorted(numpy_twins_in(["sum", "mean"]))[:3]
+    ['_np_cumsum', '_np_sum', '_npi_average']
+    """
+    ops = set(ops)
+    return frozenset(op for op, twin in NUMPY_TWINS.items() if twin in ops)
+
+
+#: NumPy-interface ops that MXNet 1.9.1's CPU backend cannot run in bfloat16 (measured by
+#: benchmarks/numpy_kernels.py): "Unknown type enum 12" (12 is bfloat16's type code), or the
+#: float32-only GEMM check of matmul; with the NumPy interface's arrays, MXNet cannot even make a
+#: bfloat16 array (``x.astype('bfloat16')``: "data type 'bfloat16' not understood").
+NUMPY_NO_BFLOAT16_KERNEL = ("_npi_true_divide", "_npi_true_divide_scalar",
+                            "_npi_rtrue_divide_scalar", "_np_sum", "_npi_mean", "_npi_std",
+                            "_npi_var", "_npi_norm", "_np_dot", "_npi_einsum", "_npi_matmul")
+
 _NORM = ("BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm", "_contrib_SyncBatchNorm", "InstanceNorm",
          "LayerNorm", "GroupNorm")
 _NORM_FLOAT16_DATA = ("BatchNorm", "BatchNorm_v1", "CuDNNBatchNorm")
@@ -145,6 +211,33 @@ OP_RULES = [
     row("Pooling", "grid", "max-pooling selects", when=("pool_type", ("max",))),
     row(_amp_lists.WIDEST_TYPE_CASTS, "widest", "MXNet AMP's widest-type list: the inputs of a "
         "multi-input op get one dtype, the widest of theirs (float32 if one is float32)"),
+    # The NumPy interface (npx.set_np()): each op follows its legacy twin (NUMPY_TWINS).
+    row(numpy_twins_in(_amp_lists.FP32_FUNCS), "float32", "the NumPy interface's twins of MXNet "
+        "AMP's float32 list (the reductions _np_sum, _npi_mean, _npi_std, _npi_norm; exp, log, "
+        "powers): sums and exponentials overflow float16 or lose precision, as their twins do"),
+    row(("_npx_softmax", "_npx_log_softmax", "_npx_masked_softmax", "_npx_masked_log_softmax"),
+        "float32", "the NumPy interface's softmax: exp() overflows, sums lose precision (its "
+        "graphs record _npx_softmax and _npx_log_softmax as softmax and log_softmax, and MXNet "
+        "2.0 adds the masked ones)"),
+    row(("_npx_masked_softmax", "_npx_masked_log_softmax"), "index", "the mask is booleans, "
+        "never cast", inputs=(1,)),
+    row(numpy_twins_in(_amp_lists.WIDEST_TYPE_CASTS), "widest", "the NumPy interface's twins of "
+        "MXNet AMP's widest-type list (_npi_add, _npi_multiply, _npi_concatenate, ...): one dtype "
+        "for their float inputs, as their twins"),
+    row(("_np_dot", "_npi_tensordot", "_npi_tensordot_int_axes", "_npi_einsum"), "gemm",
+        "the NumPy interface's contractions: matrix multiplies (_npi_matmul is in the GEMM row)"),
+    row(("_npx_relu", "_npx_reshape", "_np_reshape", "_np_transpose", "_np_moveaxis",
+         "_np_squeeze", "_np_copy", "_npi_concatenate", "_npi_stack", "_np_max", "_np_min",
+         "_npi_broadcast_to", "_npi_flip", "_np_roll", "_npi_where"), "grid", "the NumPy "
+        "interface's ops that select or move values: no new value to round"),
+    row(("_npx_reshape", "_np_reshape", "_np_transpose", "_np_moveaxis", "_np_squeeze",
+         "_np_copy", "_npi_concatenate", "_npi_stack"), "layout", "the NumPy interface's layout "
+        "ops: exact in any dtype"),
+    row(("_npi_zeros", "_npi_ones"), "constant", "the NumPy interface's zeros and ones: exact in "
+        "float16 and bfloat16"),
+    row(NUMPY_NO_BFLOAT16_KERNEL, "bfloat16_float32", "MXNet 1.9.1 has no bfloat16 CPU kernel for "
+        "these NumPy-interface ops (\"Unknown type enum 12\", or matmul's float32-only check; "
+        "benchmarks/numpy_kernels.py): a bfloat16 graph runs them in float32"),
     # Detection (GluonCV's SSD, YOLOv3, Faster/Mask R-CNN, CenterNet).  What follows the last GEMM
     # (box decoding, anchors, NMS, scores, in-network losses) runs in float32 by the graph rule of
     # amp_graph.float32_tail; these rows hold wherever the ops sit.
@@ -260,6 +353,25 @@ EXACT_CONSTANT_OPS = ops_with("constant")
 BFLOAT16_LISTED_OPS = frozenset(
     _bf16_lists.BF16_FUNCS + _bf16_lists.BF16_FP32_FUNCS + _bf16_lists.FP32_FUNCS
     + _bf16_lists.WIDEST_TYPE_CASTS + [rule[0] for rule in _bf16_lists.CONDITIONAL_FP32_FUNCS])
+BFLOAT16_LISTED_OPS |= numpy_twins_in(BFLOAT16_LISTED_OPS)  # the lists AMP's pass runs with
+
+
+def numpy_amp_lists(dtype):
+    """``{AMP list name: NumPy-interface ops}`` to add to MXNet AMP's ``dtype`` lists while its
+    pass runs (:func:`mxfp16.mxnet_internals.amp_lists_extended`): each op in its twin's list, so
+    the pass treats a NumPy-interface graph as the legacy one (it runs an op it does not know in
+    whatever dtype its first input has, and refuses unknown ops in its arguments).
+
+    Examples
+    --------
+    >>> '_npx_relu' in numpy_amp_lists('float16')['FP16_FP32_FUNCS']
+    True
+    """
+    lists = _amp_lists if dtype == "float16" else _bf16_lists
+    names = ("FP16_FUNCS", "FP16_FP32_FUNCS") if dtype == "float16" else \
+        ("BF16_FUNCS", "BF16_FP32_FUNCS")
+    return {name: sorted(numpy_twins_in(getattr(lists, name)))
+            for name in names + ("FP32_FUNCS", "WIDEST_TYPE_CASTS")}
 
 #: Ops the bfloat16 graph runs in float32 although AMP's bfloat16 pass would leave them bfloat16:
 #: GEMMs outside its bfloat16 list (batch_dot and dot are "widest type" ops there, but their CPU
