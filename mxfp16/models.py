@@ -10,7 +10,9 @@ import mxnet as mx
 from gluoncv import model_zoo as gcv_zoo
 from gluoncv.model_zoo import model_store as gcv_store
 
+from . import numpy_interface
 from .dtypes import LABELLED_HEADS
+from .numpy_interface import legacy
 
 #: Where pretrained weights are looked for (GluonCV's and MXNet's default model store).
 DEFAULT_MODEL_ROOT = os.path.join(os.path.expanduser("~"), ".mxnet", "models")
@@ -440,8 +442,10 @@ def load_mxnet_checkpoint(prefix, epoch):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"checkpoint file {path} not found: an MXNet checkpoint is the "
                                     f"two files {files[0]} and {files[1]}")
-    try:
-        symbol, arg_params, aux_params = mx.model.load_checkpoint(prefix, epoch)
+    try:  # the params file of either front end (a NumPy-interface export writes np shapes)
+        symbol, saved = mx.sym.load(files[0]), numpy_interface.load_arrays(files[1])
+        arg_params = {k[4:]: legacy(v) for k, v in saved.items() if k.startswith("arg:")}
+        aux_params = {k[4:]: legacy(v) for k, v in saved.items() if k.startswith("aux:")}
     except mx.base.MXNetError as error:
         reason = str(error).strip().splitlines()[0][:160]
         raise ValueError(f"MXNet checkpoint {prefix!r} epoch {epoch} cannot be loaded ({reason}): "

@@ -2,7 +2,9 @@
 
 One concept, one subpackage:
 
-- :mod:`.cast`: ``cast_block`` and ``cast_symbol``, the graph rewrite that gives each op its dtype;
+- :mod:`.cast`: ``cast_block`` and ``cast_symbol``;
+- :mod:`.tracing`: a Gluon block traced into graphs (numpy symbols for the NumPy interface);
+- :mod:`.full_graph`: the graph rewrite that gives each op its dtype (``mode='full'``);
 - :mod:`.rules`: the per-op dtype rules, a table of rows with their reasons;
 - :mod:`.amp_graph`: MXNet's AMP pass (``mode='amp'``, bfloat16) after mxfp16's rules;
 - :mod:`.graph`: the JSON rewrite of an MXNet graph that casting and emulation share;

@@ -22,10 +22,9 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from .. import mxnet_internals
+from .. import mxnet_internals, numpy_interface
 from ..checkpoints.atomic import StagedFiles
 from ..optimizers import master_copies
-from ..numpy_interface import legacy
 from . import fastround
 from .graph import GraphRewriter, internal_dtypes, strip
 from .params import cast_params
@@ -46,7 +45,7 @@ def float32_value(param):
     >>> float32_value(p).dtype.__name__
     'float32'
     """
-    arrays = [legacy(array) for array in param.list_data()]
+    arrays = [numpy_interface.legacy(array) for array in param.list_data()]
     masters = master_copies(param)
     if masters and bool((masters[0].astype(arrays[0].dtype) == arrays[0]).min().asscalar()):
         return masters[0].copyto(mx.cpu())
@@ -70,10 +69,12 @@ def float32_graph(net, data_names=("data",)):
     if not isinstance(net, gluon.HybridBlock):
         raise TypeError(f"export takes a Gluon HybridBlock (cast or not), got {type(net).__name__}: "
                         "make the network hybridizable")
+    numpy = numpy_interface.numpy_mode()  # a NumPy-interface network takes numpy symbols
     with autograd.predict_mode():
-        out = net(*[mx.sym.var(name) for name in data_names])
-    out = mx.sym.Group(list(out)) if isinstance(out, (list, tuple)) else out
-    return out, tuple(data_names)
+        out = net(*[numpy_interface.input_symbol(name, numpy) for name in data_names])
+    out = [numpy_interface.legacy_symbol(sym) for sym in
+           (out if isinstance(out, (list, tuple)) else [out])]
+    return (out[0] if len(out) == 1 else mx.sym.Group(out)), tuple(data_names)
 
 
 def float32_params(net, sym, data_names):

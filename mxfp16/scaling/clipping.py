@@ -31,7 +31,7 @@ import mxnet as mx
 import numpy as np
 
 from .. import mxnet_internals
-from ..numpy_interface import legacy, like
+from ..numpy_interface import is_numpy, legacy, like
 
 __all__ = ["global_norm", "clip_global_norm", "clip_grad_global_norm", "HeldScale", "watch",
            "route", "unroute"]
@@ -283,9 +283,11 @@ def _clip_params(params, max_norm, check_isfinite, held):
 
 
 def _originals_handle(grads):
-    """Whether Gluon's and GluonNLP's own functions handle these gradients: all float32 (they fail
-    on float16 on a CPU, on mixed dtypes and, concatenating a float32 one, on float64)."""
-    return all(grad.dtype == np.float32 for grad in grads)
+    """Whether Gluon's and GluonNLP's own functions handle these gradients: all float32 legacy
+    NDArrays (they fail on float16 on a CPU, on mixed dtypes and, concatenating a float32 one, on
+    float64; and MXNet 1.9.1's ``clip_global_norm`` calls legacy operators on the NumPy
+    interface's arrays)."""
+    return all(grad.dtype == np.float32 and not is_numpy(grad) for grad in grads)
 
 
 def _routed_gluon(original):
