@@ -475,3 +475,13 @@ def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(t
         in refused.stderr
     random_base = run("--random-base")
     assert random_base.returncode == 0 and "first conv weight deferred\n" in random_base.stdout
+
+
+def test_numpy_interface_quick_counts_no_more_casts_than_legacy(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("numpy_interface"), tmp_path,
+                                 "--parts", "fidelity,casts")
+    assert set(record["fidelity"]) == {"resnet_digits_test_acc", "lstm_lm_val_loss"}
+    assert all(len(values) == 1 for task in record["fidelity"].values()
+               for values in task.values())
+    assert len(record["casts"]) == 6 and "## casts" in markdown
+    assert all(c["numpy"] <= c["legacy"] for c in record["casts"].values())

@@ -16,7 +16,8 @@ import pytest
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
-            "module_image_classification", "bert_classifier", "preemptible_loop", "ssd_detection")
+            "module_image_classification", "bert_classifier", "preemptible_loop", "ssd_detection",
+            "numpy_interface")
 IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
 
 
@@ -112,6 +113,19 @@ def test_image_examples_run_on_synthetic_images_of_any_shape(name, capsys):
         "--data", "synthetic", "--image-shape", "3,12,12", "--num-classes", "4",
         "--num-examples", "40", "--batch-size", "8", "--num-epochs", "1"], capsys)
     assert (code, summary["dtype"], summary["epochs"]) == (0, "float16", "1")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_numpy_interface_resnet_learns_the_digits_and_its_checkpoint_reloads(dtype, capsys):
+    from mxnet import util
+    code, lines, summary = run_example("numpy_interface", [
+        "--dtype", dtype, "--num-epochs", "2", "--width", "8"], capsys)
+    assert code == 0 and not util.is_np_array()  # the NumPy interface is off again
+    assert float(summary["val_acc"]) > 0.5  # 10 classes: a guess is 0.1
+    # the float32 model with the float32 checkpoint: the same predictions but for rounding
+    assert abs(float(summary["reloaded_acc"]) - float(summary["val_acc"])) <= 0.01
+    losses = epoch_values(lines, "train loss")
+    assert losses[-1] < losses[0] and summary["skipped"] == "0"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

@@ -50,6 +50,8 @@ OTHER_BUILDS = {
     "masked_softmax": "MXNet 2.0's name (GluonNLP 1.x graphs)",
     "masked_log_softmax": "MXNet 2.0's name (GluonNLP 1.x graphs)",
     "_npi_dot": "numpy-interface name of MXNet 2.0",
+    "_npx_masked_softmax": "the NumPy interface's masked softmax of MXNet 2.0",
+    "_npx_masked_log_softmax": "the NumPy interface's masked log-softmax of MXNet 2.0",
     "_contrib_BilinearResize2D_none": "kept from the grid list; no such op in 1.9.1",
 }
 
