@@ -222,7 +222,7 @@ def speed(config):
                 _step_time(net, trainer, x, y, 2)  # warm-up: graphs built, memory planned
             runs[(numpy, dtype)] = (net, trainer, x, y, [])
     for _ in range(config.rounds):
-        for (numpy, dtype), (net, trainer, x, y, times) in runs.items():
+        for (numpy, _), (net, trainer, x, y, times) in runs.items():
             with semantics(numpy):
                 times.append(_step_time(net, trainer, x, y, config.steps))
     medians = {key: float(np.median(run[4])) for key, run in runs.items()}

@@ -485,3 +485,10 @@ def test_numpy_interface_quick_counts_no_more_casts_than_legacy(load_benchmark, 
                for values in task.values())
     assert len(record["casts"]) == 6 and "## casts" in markdown
     assert all(c["numpy"] <= c["legacy"] for c in record["casts"].values())
+
+
+def test_numpy_kernels_quick_runs_three_ops_in_both_dtypes(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("numpy_kernels"), tmp_path)
+    assert list(record["ops"]) == ["_npx_relu", "_npx_sigmoid", "_npi_add"]
+    assert all(set(result) == {"float16", "bfloat16"} for result in record["ops"].values())
+    assert len(table_rows(markdown)) == 3
