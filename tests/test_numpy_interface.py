@@ -59,7 +59,8 @@ def masters(net):
 
 
 def train(net, dtype, inputs, targets, loss_fn, steps=6):
-    """``steps`` of Adam through mxfp16.Trainer on one batch; the losses and the last outputs."""
+    """``steps`` of Adam through mxfp16.Trainer on one batch (a recurrent network's gradients
+    clipped, its states carried); the losses and the last outputs."""
     trainer = mxfp16.Trainer(net.collect_params(), "adam", {"learning_rate": 0.01}, dtype=dtype)
     losses = []
     for _ in range(steps):
@@ -67,6 +68,8 @@ def train(net, dtype, inputs, targets, loss_fn, steps=6):
             outputs = net(*inputs)
             loss = loss_fn(outputs, targets)
         trainer.backward(loss)
+        if isinstance(inputs[-1], list):  # d2l clips an RNN's gradients (unscaled norm)
+            assert trainer.clip_global_norm(1.0) > 0
         trainer.step(1)
         losses.append(float(loss.mean()))
         if isinstance(inputs[-1], list):  # the LM's states carry into the next batch

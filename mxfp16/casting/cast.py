@@ -148,7 +148,9 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     ----------
     block : gluon.HybridBlock or gluon.Block
         Any hybridizable network (model-zoo networks, ``SymbolBlock.imports`` of a checkpoint),
-        initialized or not, hybridized or not, its parameters loaded or not.  Initialized before
+        initialized or not, hybridized or not, its parameters loaded or not, of the legacy front
+        end or of MXNet's NumPy interface (cast with ``npx.set_np()`` on: traced with numpy
+        symbols, the cast network takes and returns ``mx.np.ndarray``).  Initialized before
         the cast (shapes known or deferred), a float16 parameter starts from the float32 values
         of the same seed, rounded; initialized after it, its values are drawn in float16.  A ``gluon.Block``
         that is not hybridizable but is made of HybridBlocks (GluonNLP's ``NMTModel``) has those
@@ -180,7 +182,8 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     Raises
     ------
     TypeError
-        If ``block`` is not a HybridBlock.
+        If ``block`` is not a HybridBlock; a :class:`~mxfp16.numpy_interface.FrontEndError` if its
+        layers are of the other front end than the one on (``npx.set_np()`` or not).
     ValueError
         For an unknown ``dtype`` or ``mode``.
 
