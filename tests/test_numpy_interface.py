@@ -18,7 +18,7 @@ from mxfp16 import amp, mxnet_internals
 from mxfp16.casting.deploy import float32_value
 from mxfp16.casting.graph import internal_dtypes
 from mxfp16.casting.rules import NUMPY_NO_BFLOAT16_KERNEL
-from mxfp16.numpy_interface import FrontEndError
+from mxfp16.numpy_interface import FrontEndError, load_arrays
 from mxfp16.scaling.clipping import global_norm
 from numpy_models import FAMILIES, MLP
 
@@ -317,6 +317,13 @@ def test_export_and_report_of_a_numpy_mode_network(tmp_path):
     plain = gluon.SymbolBlock.imports(f"{prefix}-symbol.json", ["data"], f"{prefix}-0000.params")
     # the cast rounded the weights to float16 once: their float32 masters start there
     onp.testing.assert_allclose(plain(*inputs).asnumpy(), expected, rtol=1e-2, atol=1e-2)
+    saved = load_arrays(f"{prefix}-0000.params")  # fine-tuning: float32 values in the cast dtypes
+    args = {key[4:]: value for key, value in saved.items() if key.startswith("arg:")}
+    aux = {key[4:]: value for key, value in saved.items() if key.startswith("aux:")}
+    args16, aux16 = mxfp16.cast_params(args, aux, mxfp16.cast_symbol(
+        mx.sym.load(f"{prefix}-symbol.json"), "float16", emulate=False))
+    assert {onp.dtype(value.dtype).name for value in args16.values()} == {"float16", "float32"}
+    assert {onp.dtype(value.dtype).name for value in aux16.values()} == {"float32"}
     npx.reset_np()  # the report runs in the legacy front end, on the numpy-mode files
     report = build_report(ReportConfig(network=None, checkpoint=prefix, image_shape=(3, 8, 8),
                                        batch_size=8, num_classes=4, underflow_steps=0))
