@@ -328,3 +328,20 @@ def test_export_and_report_of_a_numpy_mode_network(tmp_path):
     report = build_report(ReportConfig(network=None, checkpoint=prefix, image_shape=(3, 8, 8),
                                        batch_size=8, num_classes=4, underflow_steps=0))
     assert report["precision"] and len(report["tensor_cores"]["layers"]) == 7
+
+
+def test_the_doctor_runs_with_the_numpy_interface_on():
+    from mxfp16.doctor import diagnose
+    from mxfp16.doctor.bench import run_bench
+    report = diagnose()
+    assert report["mxnet_import_error"] is None
+    rows = run_bench(report, {"cpu": 64})  # its GEMMs: legacy arrays, whatever the mode
+    assert [row["dtype"] for row in rows][0] == "float32" and all(row["seconds"] > 0 for row in rows)
+
+
+def test_a_failed_deferred_trace_names_the_first_failure_too():
+    net, inputs, _ = built("lstm_lm")
+    cast = mxfp16.cast_block(net, "float16")
+    with pytest.raises(TypeError, match=r"at the cast, the call with plain inputs failed too: "
+                                        r"TypeError: .*unbound"):
+        cast(inputs[0], inputs[1][0])
