@@ -15,6 +15,8 @@ import numpy as np
 from mxnet import autograd
 from mxnet.gluon.contrib import estimator as gluon_estimator
 
+from .numpy_interface import legacy
+
 #: The module names of MXNet's Fit API: a frame of one of them on the stack means an Estimator
 #: drives the training step.
 ESTIMATOR_MODULE = "mxnet.gluon.contrib.estimator"
@@ -42,14 +44,24 @@ def called_by_estimator():
     return False
 
 
-def _float32(arrays):
-    """The arrays, float16 and bfloat16 ones widened to float32, so the Estimator's handlers and
-    metrics accumulate in float32 (a cast network's outputs are float32 already)."""
+def for_handlers(arrays):
+    """The arrays as the Estimator's handlers and metrics take them: float16 and bfloat16 ones
+    widened to float32 (a cast network's outputs are float32 already), ``mx.np.ndarray`` ones as
+    legacy views (no copy): MXNet 1.9.1's metrics (``Accuracy``, ``Loss``) call legacy operators,
+    which refuse NumPy-interface arrays, so the Estimator fails in numpy mode even in float32.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> [type(a).__name__ + ' ' + a.dtype.__name__
+    ...  for a in for_handlers([mx.np.ones(2, dtype='float16'), mx.nd.ones(2)])]
+    ['NDArray float32', 'NDArray float32']
+    """
     def widened(array):
         dtype = np.dtype(array.dtype)
         low = dtype == np.float16 or dtype.names == ("bfloat16",)
         return array.astype("float32") if low else array
-    return [widened(array) for array in arrays]
+    return [widened(legacy(array)) for array in arrays]
 
 
 def _scaling_trainer(estimator):
@@ -111,8 +123,9 @@ class BatchProcessor(gluon_estimator.BatchProcessor):
         Returns
         -------
         (data, label, pred, loss)
-            As the Estimator's ``fit_batch`` returns them, one array per device, ``pred`` and
-            ``loss`` in float32.
+            As the Estimator's ``fit_batch`` returns them, one array per device; ``label``,
+            ``pred`` and ``loss`` as :func:`for_handlers` gives them (float32, legacy views in
+            numpy mode).
         """
         trainer = _scaling_trainer(estimator)
         data, label = self._get_data_and_label(train_batch, estimator.context, batch_axis)
@@ -120,9 +133,10 @@ class BatchProcessor(gluon_estimator.BatchProcessor):
             pred = [estimator.net(x) for x in data]
             loss = [estimator.loss(y_hat, y) for y_hat, y in zip(pred, label)]
         trainer.backward(loss)
-        return data, label, _float32(pred), _float32(loss)
+        return data, for_handlers(label), for_handlers(pred), for_handlers(loss)
 
     def evaluate_batch(self, estimator, val_batch, batch_axis=0):
-        """Evaluate one batch as the Estimator does, ``pred`` and ``loss`` in float32."""
+        """Evaluate one batch as the Estimator does, ``label``, ``pred`` and ``loss`` as
+        :func:`for_handlers` gives them."""
         data, label, pred, loss = super().evaluate_batch(estimator, val_batch, batch_axis)
-        return data, label, _float32(pred), _float32(loss)
+        return data, for_handlers(label), for_handlers(pred), for_handlers(loss)

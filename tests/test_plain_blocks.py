@@ -56,8 +56,11 @@ def plain_net(seed=0):
 
 
 def batch(seed=1, size=8):
+    """Inputs and labels, as arrays of the front end that is on."""
     rng = np.random.RandomState(seed)
-    return mx.nd.array(rng.uniform(-1, 1, (size, 4))), mx.nd.array(rng.randint(0, 3, size))
+    array = mx.np.array if mx.util.is_np_array() else mx.nd.array
+    return (array(rng.uniform(-1, 1, (size, 4)), dtype="float32"),
+            array(rng.randint(0, 3, size), dtype="float32"))
 
 
 def train(net, dtype, steps=4):
@@ -71,7 +74,7 @@ def train(net, dtype, steps=4):
             loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
         trainer.backward(loss)
         trainer.step(x.shape[0])
-        losses.append(float(loss.mean().asscalar()))
+        losses.append(float(loss.mean().asnumpy()))
     return losses
 
 
@@ -219,23 +222,48 @@ def test_numpy_mode_float32_network_loads_a_legacy_cast_checkpoint(numpy_mode_re
         np.testing.assert_array_equal(param.data().asnumpy(), expected[key])
 
 
-def test_numpy_mode_save_writes_what_a_numpy_mode_float32_network_loads(numpy_mode_reset,
-                                                                        tmp_path):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numpy_mode_cast_trains_and_checkpoints_in_float32(numpy_mode_reset, dtype, tmp_path):
+    npx.set_np()
     net = plain_net()
-    mxfp16.cast_block(net, "float16")
-    train(net, "float16")
-    npx.set_np()  # saved in numpy mode: npx.save's format, as Gluon writes there
+    assert mxfp16.cast_block(net, dtype) is net
+    assert isinstance(net.stem, CastBlock) and isinstance(net(batch()[0]), mx.np.ndarray)
+    losses = train(net, dtype)
+    assert losses[-1] < losses[0], losses
     path = str(tmp_path / "net.params")
     net.save_parameters(path)
-    loaded = npx.load(path)
+    loaded = npx.load(path)  # npx.save's format, as Gluon writes with the NumPy interface on
     assert sorted(loaded) == FLOAT32_KEYS
     assert {np.dtype(value.dtype) for value in loaded.values()} == {np.dtype("float32")}
     fresh = PlainNet()
-    fresh.load_parameters(path)
+    fresh.load_parameters(path)  # the numpy-mode float32 network, no option
     np.testing.assert_array_equal(
-        fresh.head.weight.data().asnumpy(),
-        master_copies(net.head.weight)[0].asnumpy())
-    npx.reset_np()  # and in legacy mode the cast network loads the numpy-mode file
-    net.load_parameters(path)
+        fresh.head.weight.data().asnumpy(), master_copies(net.head.weight)[0].asnumpy()
+        if dtype == "float16" else net.head.weight.data().asnumpy())
+    x = batch(seed=7)[0]
+    tolerance = 2e-2 if dtype == "float16" else 1e-1
+    np.testing.assert_allclose(fresh(x).asnumpy(), net(x).asnumpy(), atol=tolerance,
+                               rtol=tolerance)
+    source = plain_net(seed=3)  # a numpy-mode float32 file into the cast network
+    source.save_parameters(str(tmp_path / "float32.params"))
+    net.load_parameters(str(tmp_path / "float32.params"))
     np.testing.assert_array_equal(as_float32(net.head.weight.data()),
-                                  rounded(fresh.head.weight.data().as_nd_ndarray(), "float16"))
+                                  rounded(source.head.weight.data(), dtype))
+    np.testing.assert_array_equal(net.body.norm.gamma.data().asnumpy(),
+                                  source.body.norm.gamma.data().asnumpy())
+
+
+def test_a_numpy_mode_checkpoint_loads_into_a_legacy_cast_network(numpy_mode_reset, tmp_path):
+    npx.set_np()
+    net = plain_net()
+    mxfp16.cast_block(net, "float16")
+    train(net, "float16")
+    path = str(tmp_path / "net.params")
+    net.save_parameters(path)
+    master = master_copies(net.head.weight)[0].asnumpy()
+    npx.reset_np()  # plain Gluon refuses this file here ("saved in np shape semantics")
+    legacy_net = plain_net(seed=2)
+    mxfp16.cast_block(legacy_net, "float16")
+    legacy_net.load_parameters(path)
+    np.testing.assert_array_equal(as_float32(legacy_net.head.weight.data()),
+                                  as_float32(mx.nd.array(master).astype("float16")))
