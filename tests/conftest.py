@@ -20,6 +20,7 @@ IMAGES_PER_CLASS = 12
 IMAGE_HEIGHT, IMAGE_WIDTH = 40, 48
 
 SCRIPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+BENCHMARKS_DIR = os.path.join(os.path.dirname(SCRIPTS_DIR), "benchmarks")
 
 
 def write_image_folder(root, images_per_class=IMAGES_PER_CLASS, seed=0):
@@ -66,6 +67,21 @@ def load_script_main(name):
 def script_main():
     """A loader of script entry points: ``script_main("prepare_data")(["root", "out"])``."""
     return load_script_main
+
+
+@pytest.fixture
+def load_benchmark(monkeypatch):
+    """``load_benchmark("cast_time")`` -> the module benchmarks/cast_time.py (with its sibling
+    ``bench_common`` importable, as when the script runs)."""
+    monkeypatch.syspath_prepend(BENCHMARKS_DIR)
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(
+            f"benchmarks_{name}", os.path.join(BENCHMARKS_DIR, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
 
 
 class PoisonedIter(mx.io.DataIter):

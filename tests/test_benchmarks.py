@@ -3,7 +3,6 @@
 The assertions are on structure and on exact facts (modes, row counts, files, the float16 underflow
 of the loss-scaling benchmark), never on wall-clock times.
 """
-import importlib.util
 import json
 import math
 import os
@@ -13,23 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-BENCHMARKS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                              "benchmarks")
-
-
-@pytest.fixture
-def load_benchmark(monkeypatch):
-    """``load_benchmark("cast_time")`` -> the module benchmarks/cast_time.py (with its sibling
-    ``bench_common`` importable, as when the script runs)."""
-    monkeypatch.syspath_prepend(BENCHMARKS_DIR)
-
-    def load(name):
-        spec = importlib.util.spec_from_file_location(
-            f"benchmarks_{name}", os.path.join(BENCHMARKS_DIR, f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    return load
+from conftest import BENCHMARKS_DIR
 
 
 def run_quick(module, out_dir, *extra):

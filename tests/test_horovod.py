@@ -1,7 +1,11 @@
 """Horovod as the second distributed engine: real ``horovodrun -np 2 -H localhost:2 --gloo`` jobs on
 loopback (each bounded by a timeout), float16 with dynamic loss scaling through both APIs, the
 training scripts' ``--kv-store horovod`` (checkpoints, resume on one process and two), the launcher,
-and the errors a user meets.  Skipped, with the reason shown, where Horovod is not installed."""
+and the errors a user meets.  Skipped, with the reason shown, where Horovod is not installed.
+
+The launches run in the background, two at a time (see :func:`background`); a test waits for the
+result of its own."""
+import concurrent.futures
 import getpass
 import json
 import os
@@ -12,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SCRIPTS_DIR, horovod_missing
+from conftest import SCRIPTS_DIR, horovod_missing, load_script_main
 from mxfp16.train.launch.horovod_start import check_same_flags
 from mxfp16.train.launch.hosts import Host
 from mxfp16.train.launch.plan import LaunchError, horovodrun_argv
@@ -56,14 +60,78 @@ def train_imagenet(*flags):
     return [sys.executable, os.path.join(SCRIPTS_DIR, "train_imagenet.py"), *flags]
 
 
+def timed_launch(command):
+    """``(launch(command), seconds it took)``."""
+    started = time.monotonic()
+    job = launch(command)
+    return job, time.monotonic() - started
+
+
+class LaunchPool:
+    """Runs launches (functions that start processes and return what they did) in threads, two
+    at a time.  The threads only start processes and wait: MXNet runs in this process's main
+    thread alone."""
+
+    def __init__(self, workers=2):
+        self._executor = concurrent.futures.ThreadPoolExecutor(workers)
+        self._futures = []
+
+    def submit(self, function, *args):
+        future = self._executor.submit(function, *args)
+        self._futures.append(future)
+        return future
+
+    def drain(self):
+        """Wait for every launch submitted (before a test whose timing they would disturb)."""
+        concurrent.futures.wait(self._futures)
+
+    def close(self):
+        self._executor.shutdown(cancel_futures=True)
+
+
 @pytest.fixture(scope="module")
-def worker_results(tmp_path_factory):
-    """The worker's arrays from a 2-rank horovodrun job and from the one-process reference."""
+def pool():
+    launches = LaunchPool()
+    yield launches
+    launches.close()
+
+
+#: The fixtures that submit launches to the pool, the longest first.
+LAUNCH_FIXTURES = ("resume_launches", "worker_launch", "nvidia_launch", "example_launch",
+                   "different_flags_launch", "dying_rank_launch", "one_process_launch")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def background(request, pool):
+    """At the module's first test, submit every launch that the selected tests of this module use:
+    one job's processes leave a core idle at times (horovodrun's start, the rendezvous, one-process
+    runs), two jobs keep both cores busy."""
+    if HOROVOD_REASON:
+        return
+    used = {name for item in request.session.items if getattr(item, "module", None) is request.module
+            for name in getattr(item, "fixturenames", ())}
+    for name in LAUNCH_FIXTURES:
+        if name in used:
+            request.getfixturevalue(name)
+
+
+@pytest.fixture(scope="module")
+def worker_launch(pool, tmp_path_factory):
+    """``(out_dir, job, reference)``: a 2-rank horovodrun job of the worker and the one-process
+    reference, writing to ``out_dir`` (futures)."""
     out = tmp_path_factory.mktemp("horovod")
-    job = run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
-               os.path.join(TESTS_DIR, "horovod_worker.py"), str(out)])
+    worker = os.path.join(TESTS_DIR, "horovod_worker.py")
+    job = pool.submit(run, ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+                            sys.executable, worker, str(out)])
+    return out, job, pool.submit(run, [sys.executable, worker, str(out)])
+
+
+@pytest.fixture(scope="module")
+def worker_results(worker_launch):
+    """The worker's arrays from a 2-rank horovodrun job and from the one-process reference."""
+    out, job, reference = worker_launch
+    job, reference = job.result(), reference.result()
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    reference = run([sys.executable, os.path.join(TESTS_DIR, "horovod_worker.py"), str(out)])
     assert reference.returncode == 0, reference.stderr[-3000:]
     results = {(api, name): dict(np.load(out / f"{api}-{name}.npz"))
                for api in ("gluon", "module") for name in ("rank0-of2", "rank1-of2", "rank0-of1")}
@@ -149,69 +217,68 @@ def test_fp16_compression_sends_float32_gradients_as_float16(worker_results):
         np.testing.assert_array_equal(result, expected)
 
 
+@pytest.fixture(scope="module")
+def dying_rank_launch(pool, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dying")
+    return pool.submit(timed_launch, [sys.executable, os.path.join(TESTS_DIR, "horovod_worker.py"),
+                                      str(out), "--die-at", "3"])
+
+
 @needs_horovod
-def test_a_dying_rank_ends_the_job_at_once_with_its_exit_code(tmp_path):
-    started = time.monotonic()
-    job = launch([sys.executable, os.path.join(TESTS_DIR, "horovod_worker.py"), str(tmp_path),
-                  "--die-at", "3"])
+def test_a_dying_rank_ends_the_job_at_once_with_its_exit_code(dying_rank_launch):
+    job, seconds = dying_rank_launch.result()
     # rank 1's exit (3), or rank 0's error from the broken connection (1), whichever horovodrun
     # sees first: the job's code is that process's, not horovodrun's own 1
     assert "Horovod detected that one or more processes exited with non-zero status" in job.stderr
     first = {3: "Horovod process 1 failed first, with exit code 3: stopping the job",
              1: "Horovod process 0 failed first, with exit code 1: stopping the job"}
     assert first.get(job.returncode, "no such line") in job.stderr, job.stderr[-2000:]
-    assert time.monotonic() - started < JOB_TIMEOUT - 10  # ended by the failure, not the timeout
+    assert seconds < JOB_TIMEOUT - 10  # ended by the failure, not the timeout
 
 
-#: Writes its pid first (before the slow imports, so a loaded machine still writes it in time).
-HANGING_RANK = """
-import os, sys, time
-rank = int(os.environ["HOROVOD_RANK"])
-open(os.path.join(sys.argv[1], "pid-%d" % rank), "w").write(str(os.getpid()))
-import mxnet as mx
-import mxfp16.distributed.horovod
-kv = mx.kv.create("horovod")
-if rank == 1:
-    time.sleep(300)
-kv.pushpull(0, mx.nd.ones(3))  # rank 0 waits here for rank 1
-"""
-
-
-@needs_horovod
-def test_a_hanging_rank_is_stopped_with_the_whole_job_at_the_timeout(tmp_path):
-    script = tmp_path / "hang.py"
-    script.write_text(HANGING_RANK)
-    job = run([sys.executable, os.path.join(SCRIPTS_DIR, "launch.py"), "--launcher", "horovod",
-               "-n", "2", "--timeout", "15", "--", sys.executable, str(script), str(tmp_path)])
-    assert job.returncode == 124
-    assert "error: the job ran past its timeout and was stopped" in job.stderr
-    pids = [int((tmp_path / f"pid-{rank}").read_text()) for rank in (0, 1)]
-    deadline = time.monotonic() + 5
-    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
-
-
-@needs_horovod
-@pytest.mark.parametrize("api", ["gluon", "module"])
-def test_script_checkpoints_resume_on_one_process_and_on_two(tmp_path, api):
-    """Two ranks train an epoch, two ranks resume it, one process resumes that, two ranks again;
-    only rank 0 logs and saves, and each run continues the update count and the loss scale."""
-    prefix = str(tmp_path / "run" / "r")
+def resume_sequence(api, run_dir):
+    """Two ranks train an epoch, two ranks resume it, one process resumes that, two ranks again:
+    ``[(processes, CompletedProcess)]``, up to the first failure."""
+    prefix = str(run_dir / "r")
     runs = [(2, []), (2, ["--resume", prefix]), (1, ["--resume", prefix]),
             (2, ["--resume", prefix])]
+    jobs = []
     for epochs, (processes, resume) in enumerate(runs, start=1):
         flags = TINY + ["--api", api, "--model-prefix", prefix, "--num-epochs", str(epochs),
                         *resume]
         if processes == 2:
             job = launch(train_imagenet("--kv-store", "horovod", *flags))
-            assert not [line for line in job.stdout.splitlines()
-                        if line.startswith("[1]") and " INFO " in line]  # rank 1: warnings only
         else:
             job = run(train_imagenet("--kv-store", "device", *flags))
+        jobs.append((processes, job))
+        if job.returncode != 0:
+            break
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def resume_launches(pool, tmp_path_factory):
+    """API -> the future of its :func:`resume_sequence`, and its run directory."""
+    run_dirs = {api: tmp_path_factory.mktemp(f"resume-{api}") / "run" for api in ("gluon", "module")}
+    return {api: (pool.submit(resume_sequence, api, run_dir), run_dir)
+            for api, run_dir in run_dirs.items()}
+
+
+@needs_horovod
+@pytest.mark.parametrize("api", ["gluon", "module"])
+def test_script_checkpoints_resume_on_one_process_and_on_two(resume_launches, api):
+    """Two ranks train an epoch, two ranks resume it, one process resumes that, two ranks again;
+    only rank 0 logs and saves, and each run continues the update count and the loss scale."""
+    future, run_dir = resume_launches[api]
+    jobs = future.result()
+    for epochs, (processes, job) in enumerate(jobs, start=1):
+        if processes == 2:
+            assert not [line for line in job.stdout.splitlines()
+                        if line.startswith("[1]") and " INFO " in line]  # rank 1: warnings only
         assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
         assert f"{api}): {epochs} epochs" in job.stdout or epochs == 1
-    records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert len(jobs) == 4
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     starts = [r for r in records if r["event"] == "start"]
     ends = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in ends] == [0, 1, 2, 3]  # one record per epoch: rank 0's only
@@ -219,18 +286,23 @@ def test_script_checkpoints_resume_on_one_process_and_on_two(tmp_path, api):
     assert [end["num_update"] - start["num_update"] + end["skipped_steps"]
             for start, end in zip(starts, ends)] == [2, 2, 2, 2]  # 2 steps an epoch
     assert [r["loss_scale"] for r in starts[1:]] == [r["loss_scale"] for r in ends[:-1]]
-    log_text = open(tmp_path / "run" / "train.log").read()
+    log_text = open(run_dir / "train.log").read()
     assert log_text.count("Horovod: rank 0 of 2 processes") == 3
 
 
+@pytest.fixture(scope="module")
+def example_launch(pool):
+    return pool.submit(launch, train_imagenet(
+        "--network", "resnet", "--num-layers", "20", "--kv-store", "horovod", "--image-shape",
+        "3,28,28", "--num-classes", "4", "--num-epochs", "1", "--max-batches", "1",
+        "--batch-size", "4", "--benchmark", "1", "--dtype", "float32", "--gc-type", "fp16"))
+
+
 @needs_horovod
-def test_mxnet_example_horovod_command_with_its_network_flag():
+def test_mxnet_example_horovod_command_with_its_network_flag(example_launch):
     """MXNet's example fit.py command under horovodrun: ``--network`` reaches the script; float32
     gradients travel as float16 with ``--gc-type fp16``."""
-    job = launch(train_imagenet("--network", "resnet", "--num-layers", "20", "--kv-store",
-                                "horovod", "--image-shape", "3,28,28", "--num-classes", "4",
-                                "--num-epochs", "1", "--max-batches", "1", "--batch-size", "4",
-                                "--benchmark", "1", "--dtype", "float32", "--gc-type", "fp16"))
+    job = example_launch.result()
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
     assert "cifar_resnet20_v2 float32" in job.stdout
     assert "--gc-type fp16: float32 gradients are sent and summed as float16" in job.stdout
@@ -243,9 +315,14 @@ def test_gc_type_fp16_is_horovods_and_only_horovods():
     assert TrainConfig(gc_type="fp16", kv_store="horovod").checked().gc_type == "fp16"
 
 
+@pytest.fixture(scope="module")
+def one_process_launch(pool):
+    return pool.submit(run, train_imagenet("--kv-store", "horovod", *TINY, "--num-epochs", "1"))
+
+
 @needs_horovod
-def test_horovod_kvstore_without_horovodrun_says_so_in_the_first_line():
-    job = run(train_imagenet("--kv-store", "horovod", *TINY, "--num-epochs", "1"))
+def test_horovod_kvstore_without_horovodrun_says_so_in_the_first_line(one_process_launch):
+    job = one_process_launch.result()
     assert job.returncode == 0, job.stderr[-2000:]
     first = job.stdout.splitlines()[0]
     assert "WARNING --kv-store horovod with 1 process: this run was not started by horovodrun" \
@@ -267,14 +344,19 @@ FAKE_HOROVOD = {
     ("without_mxnet", "Horovod 0.28.1 was built without MXNet support: reinstall it with "
                       "HOROVOD_WITH_MXNET=1 after MXNet"),
 ])
-def test_horovod_missing_or_without_mxnet_is_one_error_line(tmp_path, case, words):
+def test_horovod_missing_or_without_mxnet_is_one_error_line(tmp_path, monkeypatch, capfd, case,
+                                                           words):
+    """In this process (no Horovod library is loaded: the stand-in fails first), with the stand-in
+    package first on the path and any real ``horovod`` modules set aside."""
     for path, text in FAKE_HOROVOD[case].items():
         os.makedirs(os.path.dirname(tmp_path / path), exist_ok=True)
         (tmp_path / path).write_text(text)
-    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(tmp_path), ENV["PYTHONPATH"]]))
-    job = run(train_imagenet("--kv-store", "horovod", *TINY), env=env)
-    assert job.returncode == 2
-    lines = job.stderr.strip().splitlines()
+    for name in [name for name in sys.modules if name.split(".")[0] == "horovod"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    capfd.readouterr()
+    assert load_script_main("train_imagenet")(["--kv-store", "horovod", *TINY]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
 
 
@@ -294,10 +376,16 @@ def test_ranks_started_with_different_flags_are_one_error_naming_them():
     check_same_flags(FakeKVStore(own, dict(own, log_file="b.log")), own)  # per-rank files
 
 
-@needs_horovod
-def test_ranks_started_with_different_flags_stop_together_with_one_line_each():
+@pytest.fixture(scope="module")
+def different_flags_launch(pool):
     command = " ".join(train_imagenet("--kv-store", "horovod", *TINY[:-2], "--num-epochs", "1"))
-    job = launch(["sh", "-c", f"exec {command} --lr 0.0$((HOROVOD_RANK+1))"])
+    return pool.submit(launch, ["sh", "-c", f"exec {command} --lr 0.0$((HOROVOD_RANK+1))"])
+
+
+@needs_horovod
+def test_ranks_started_with_different_flags_stop_together_with_one_line_each(
+        different_flags_launch):
+    job = different_flags_launch.result()
     assert job.returncode == 2  # the ranks' code for a user error, not horovodrun's 1
     line = ("error: the Horovod ranks were started with different settings (lr: rank 0 0.01, "
             "rank 1 0.02): start every rank with the same command line")
@@ -336,10 +424,12 @@ def test_without_horovodrun_the_launcher_gives_the_whole_install_command(monkeyp
 
 
 @needs_horovod
-def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(tmp_path):
-    job = run([sys.executable, os.path.join(REPO, "benchmarks", "horovod_allreduce.py"),
-               "--quick", "--out-dir", str(tmp_path)])
-    assert job.returncode == 0, job.stderr[-2000:]
+def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(load_benchmark, tmp_path,
+                                                               monkeypatch):
+    """In this process (its Horovod jobs are its own subprocesses), one thread per rank."""
+    for name in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "PYTHONPATH"):
+        monkeypatch.setenv(name, ENV[name])
+    assert load_benchmark("horovod_allreduce").main(["--quick", "--out-dir", str(tmp_path)]) == 0
     record = json.load(open(tmp_path / "horovod_allreduce.json"))
     ratios = {row["gradients"]: row["vs_float32"] for row in record["bytes"]}
     assert 0.5 < ratios["float16"] < 0.55  # BatchNorm's gamma and beta stay float32
@@ -348,10 +438,12 @@ def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(tmp_path):
     assert [row["gradients"] for row in record["allreduce"]] == ["float32", "float16"]
 
 
-@needs_horovod
-def test_nvidia_runner_command_under_horovod(rec_files, tmp_path):
-    """The command NVIDIA's ``runner -n 2 -b 4 --model-prefix model`` execs for float16 and DALI,
-    with ``--gpus 0,1`` dropped and the network and data made small (appended flags)."""
+@pytest.fixture(scope="module")
+def nvidia_launch(pool, rec_files, tmp_path_factory):
+    """``(future, out_dir)``: the command NVIDIA's ``runner -n 2 -b 4 --model-prefix model`` execs
+    for float16 and DALI, with ``--gpus 0,1`` dropped and the network and data made small
+    (appended flags)."""
+    tmp_path = tmp_path_factory.mktemp("nvidia")
     command = train_imagenet(
         "--data-train", rec_files.train_rec, "--data-train-idx", rec_files.train_idx,
         "--data-val", rec_files.val_rec, "--data-val-idx", rec_files.val_idx, "--dtype", "float16",
@@ -361,7 +453,14 @@ def test_nvidia_runner_command_under_horovod(rec_files, tmp_path):
         "--lr", "0.0078125", "--batch-size", "8", "--num-epochs", "1",
         "--model-prefix", str(tmp_path / "model"),
         "--num-layers", "18", "--num-classes", "4", "--max-batches", "2")
-    job = launch(command)
+    return pool.submit(launch, command), tmp_path
+
+
+@needs_horovod
+def test_nvidia_runner_command_under_horovod(nvidia_launch):
+    """NVIDIA's runner command (see :func:`nvidia_launch`) under horovodrun."""
+    future, tmp_path = nvidia_launch
+    job = future.result()
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
     assert "--arch resnetv15 --num-layers 18 is the model zoo's resnet18_v1b" in job.stdout
     assert "resnet18_v1b float16 (gluon): 1 epoch" in job.stdout
@@ -402,3 +501,39 @@ def test_a_horovod_command_on_the_parameter_server_launcher_is_one_error():
                                           "local launcher's scheduler and servers do not serve"):
         plan_processes(["python", "train.py", "--kv-store", "horovod"], 2, 1)
     assert len(plan_processes(["python", "train.py", "--kv-store", "dist_sync"], 2, 1)) == 4
+
+
+#: Writes its pid first (before the slow imports, so a loaded machine still writes it in time).
+HANGING_RANK = """
+import os, sys, time
+rank = int(os.environ["HOROVOD_RANK"])
+open(os.path.join(sys.argv[1], "pid-%d" % rank), "w").write(str(os.getpid()))
+import mxnet as mx
+import mxfp16.distributed.horovod
+kv = mx.kv.create("horovod")
+if rank == 1:
+    time.sleep(300)
+kv.pushpull(0, mx.nd.ones(3))  # rank 0 waits here for rank 1
+"""
+
+
+#: Seconds before the launcher stops the hanging job: the ranks must have started (and written
+#: their pids) by then; horovodrun starts them 7-9 s after the launch on 2 cores loaded 6-fold.
+HANGING_TIMEOUT = 15
+
+
+@needs_horovod
+def test_a_hanging_rank_is_stopped_with_the_whole_job_at_the_timeout(tmp_path, pool):
+    pool.drain()  # the ranks must start (and write their pids) well within the timeout
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_RANK)
+    job = run([sys.executable, os.path.join(SCRIPTS_DIR, "launch.py"), "--launcher", "horovod",
+               "-n", "2", "--timeout", str(HANGING_TIMEOUT), "--", sys.executable, str(script),
+               str(tmp_path)])
+    assert job.returncode == 124
+    assert "error: the job ran past its timeout and was stopped" in job.stderr
+    pids = [int((tmp_path / f"pid-{rank}").read_text()) for rank in (0, 1)]
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
