@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import mxnet as mx
 import pytest
@@ -43,25 +44,35 @@ def train_imagenet():
     return load_script_main("train_imagenet")
 
 
-def run_until(args, marker, signum, cwd):
-    """Run train_imagenet.py with ``args``; send ``signum`` once a log line contains ``marker``.
+def start_until(args, marker, signum, cwd):
+    """Start train_imagenet.py with ``args``; a thread sends ``signum`` once a log line contains
+    ``marker``, so this process may work meanwhile (on the other core).
 
     Returns
     -------
-    tuple
-        ``(exit code, output)``.
+    callable
+        Waits for the run; returns ``(exit code, output)``.
     """
     process = subprocess.Popen([sys.executable, os.path.join(SCRIPTS_DIR, "train_imagenet.py"),
                                 *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=cwd)
     lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if marker in line:
-            process.send_signal(signum)
-            break
-    rest, _ = process.communicate(timeout=300)
-    return process.returncode, "".join(lines) + rest
+
+    def watch():
+        for line in process.stdout:
+            lines.append(line)
+            if marker in line:
+                process.send_signal(signum)
+                break
+        lines.append(process.stdout.read())
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+
+    def finish():
+        watcher.join(timeout=300)
+        process.wait(timeout=30)
+        return process.returncode, "".join(lines)
+    return finish
 
 
 def final_weights(prefix, epoch=2):
@@ -96,12 +107,12 @@ def test_interrupted_and_resumed_run_ends_bit_identical(train_imagenet, image_fo
         args += ["--cpus", str(devices)]
     if save_steps:
         args += ["--save-steps", str(save_steps)]
-    full = str(tmp_path / "full" / "r")
+    full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
+    # the interrupted run starts first: the uninterrupted one trains here while it imports MXNet
+    interrupted = start_until(args + ["--model-prefix", part], "Epoch[1] Batch[5]",
+                              getattr(signal, signal_name), tmp_path)
     assert train_imagenet(args + ["--model-prefix", full]) == 0
-
-    part = str(tmp_path / "part" / "r")
-    code, output = run_until(args + ["--model-prefix", part], "Epoch[1] Batch[5]",
-                             getattr(signal, signal_name), tmp_path)
+    code, output = interrupted()
     expected_code = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[signal_name]
     assert code == expected_code, output
     positions = checkpoint.saved_positions(part)
