@@ -276,14 +276,17 @@ TRAINING_LIMITS = {
 }
 
 #: Families whose float16 training keeps the backbone fixed (``grad_req='null'``) and trains the
-#: rest (pyramid pooling or ASPP, the decoder, the heads, their losses): the float16 step's cost
-#: grows with the parameters trained (49M for PSPNet: 17 s a test, 16:38 UTC; DeepLabV3+'s
-#: WideResNet-38, 137M: 3 CPU seconds a step, 0.9 s with it fixed).  FCN's float16 training
-#: trains its dilated ResNet-50, and every bfloat16 training trains its backbone.
-#: Module -> the backbone's layers.
+#: rest (pyramid pooling or ASPP, attention, the cascade's branches, the decoder, the heads, their
+#: losses): the float16 step's cost grows with the parameters trained (49M for PSPNet: 17 s a test,
+#: 16:38 UTC; DeepLabV3+'s WideResNet-38, 137M: 3 CPU seconds a step, 0.9 s with it fixed).  FCN's
+#: float16 training trains the dilated ResNet-50 that PSPNet, DeepLabV3, DANet and ICNet share, and
+#: every bfloat16 training trains its backbone.  Module -> the backbone's layers.
+RESNET_BACKBONE = ("conv1", "bn1", "layer1", "layer2", "layer3", "layer4")
 FIXED_BACKBONE = {
-    "gluoncv.model_zoo.pspnet": ("conv1", "bn1", "layer1", "layer2", "layer3", "layer4"),
-    "gluoncv.model_zoo.deeplabv3": ("conv1", "bn1", "layer1", "layer2", "layer3", "layer4"),
+    "gluoncv.model_zoo.pspnet": RESNET_BACKBONE,
+    "gluoncv.model_zoo.deeplabv3": RESNET_BACKBONE,
+    "gluoncv.model_zoo.danet": RESNET_BACKBONE,
+    "gluoncv.model_zoo.icnet": RESNET_BACKBONE,
     "gluoncv.model_zoo.deeplabv3b_plus": ("mod1", "mod2", "mod3", "mod4", "mod5", "mod6", "mod7"),
 }
 
