@@ -122,10 +122,19 @@ def run_example(prefix, until=None, signum=signal.SIGTERM):
     return process.returncode, "".join(lines) + rest
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_example_stopped_by_a_signal_resumes_to_the_same_weights(tmp_path, signum, code):
-    full, part = str(tmp_path / "full" / "s"), str(tmp_path / "part" / "s")
+@pytest.fixture(scope="module")
+def uninterrupted_example(tmp_path_factory):
+    """The prefix of an uninterrupted run of the example, the reference of every stopped one."""
+    full = str(tmp_path_factory.mktemp("full") / "s")
     assert run_example(full)[0] == 0
+    return full
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_example_stopped_by_a_signal_resumes_to_the_same_weights(uninterrupted_example, tmp_path,
+                                                                 signum, code):
+    full, part = uninterrupted_example, str(tmp_path / "part" / "s")
     stopped, output = run_example(part, until="step 30 ", signum=signum)
     assert stopped == code, output
     line = output.strip().splitlines()[-1]
