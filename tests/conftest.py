@@ -84,6 +84,13 @@ def load_benchmark(monkeypatch):
     return load
 
 
+def slow_except(values, fast):
+    """``values`` for ``pytest.mark.parametrize``, those not in ``fast`` marked slow: the fast tier
+    (``-m "not slow"``) runs a few small cases of a sweep, the full suite all of them."""
+    return [value if value in fast else pytest.param(value, marks=pytest.mark.slow)
+            for value in values]
+
+
 class PoisonedIter(mx.io.DataIter):
     """Synthetic batches; in those of ``poisoned``, the images from row ``first_row`` on hold values
     that overflow float16 (inf gradients): all of them by default, or only the part of the batch

@@ -54,6 +54,7 @@ def train_and_test(dtype):
     return float((predictions == test_y).mean()), scaler
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_reaches_float32_accuracy(dtype):
     reference, _ = train_and_test("float32")

@@ -397,6 +397,7 @@ def _ssd_amp_step(net, mbox_loss, trainer, batch, ctx):
     return sum_loss, cls_loss
 
 
+@pytest.mark.slow
 def test_gluoncv_ssd_script_loop(tmp_path):
     """train_ssd.py --amp's calls, in its order: init, network, anchors (float32, before the
     Trainer), Trainer(update_on_kvstore=False), init_trainer, hybridize(static_alloc=True,
@@ -431,6 +432,7 @@ def test_gluoncv_ssd_script_loop(tmp_path):
     assert {v.dtype for v in mx.nd.load(str(tmp_path / "ssd.params")).values()} == {np.float32}
 
 
+@pytest.mark.slow
 def test_mxnet_amp_tutorial_training_loop():
     """The tutorial's training code: a network built before init() and one after, synthetic
     targets, Trainer(update_on_kvstore=False), init_trainer, scale_loss, step(1)."""
@@ -641,6 +643,7 @@ def test_an_overflowing_norm_leaves_the_gradients_to_the_skipped_step():
     assert amp.loss_scaler(trainer).num_skipped == 1 and amp.loss_scaler(trainer).loss_scale == 512
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(horovod_missing() is not None, reason=str(horovod_missing()))
 def test_horovod_distributed_trainer_skips_on_every_rank():
     """A script's own hvd.DistributedTrainer, 2 ranks over Gloo: an overflow on rank 1 only skips
@@ -756,6 +759,7 @@ def test_mxnet_amps_own_scale_loss_works_with_the_trainer():
     np.testing.assert_array_equal(weights[0], weights[1])
 
 
+@pytest.mark.slow
 def test_gluoncv_yolo3_script_loop(tmp_path):
     """train_yolo3.py --amp's calls, in its order: init, network (pretrained_base=False), the
     train transform's call of the network (float32, before the Trainer), Trainer('sgd',
@@ -868,6 +872,7 @@ def _tiny_faster_rcnn():
     return net
 
 
+@pytest.mark.slow
 def test_gluoncv_faster_rcnn_script_loop(tmp_path):
     """train_faster_rcnn.py --amp's calls, in its order: init, network, initialize, reset_ctx,
     net.cast('float16') and the BatchNorm dtype lines, the train transform and batchify (which

@@ -32,6 +32,7 @@ def table_rows(markdown):
     return [line for line in markdown.splitlines() if line.startswith("| ")][1:]
 
 
+@pytest.mark.slow
 def test_accuracy_parity_quick(load_benchmark, tmp_path):
     module = load_benchmark("accuracy_parity")
     record, markdown = run_quick(module, tmp_path)
@@ -59,6 +60,7 @@ def test_awd_lstm_parity_quick_float16_is_the_same_with_the_head_check_bypassed(
         assert runs["float16"][key] == runs["float16-bypass"][key]
 
 
+@pytest.mark.slow
 def test_loss_scaling_matters_quick_shows_underflow(load_benchmark, tmp_path):
     module = load_benchmark("loss_scaling_matters")
     record, markdown = run_quick(module, tmp_path)
@@ -98,6 +100,7 @@ def test_data_pipeline_quick(load_benchmark, tmp_path):
     assert len(table_rows(markdown)) == 4
 
 
+@pytest.mark.slow
 def test_train_throughput_quick(load_benchmark, tmp_path):
     module = load_benchmark("train_throughput")
     record, markdown = run_quick(module, tmp_path)
@@ -115,6 +118,7 @@ def test_train_throughput_quick(load_benchmark, tmp_path):
             assert status.startswith("skipped: ") and row["script_over_bare"] is None
 
 
+@pytest.mark.slow
 def test_loop_overhead_quick(load_benchmark, tmp_path):
     module = load_benchmark("loop_overhead")
     record, markdown = run_quick(module, tmp_path, "--dtypes", "float32,float16")
@@ -156,6 +160,7 @@ def test_train_throughput_takes_the_summary_line_over_the_log(load_benchmark):
     assert module.script_throughput("", stderr) == 9.9
 
 
+@pytest.mark.slow
 def test_preemption_quick_stops_with_143_and_sizes_the_checkpoint(load_benchmark, tmp_path):
     record, markdown = run_quick(load_benchmark("preemption"), tmp_path)
     (round_,) = record["rounds"]  # --quick: one round
@@ -171,6 +176,7 @@ def test_checkpoint_format_quick_measures_both_formats(load_benchmark, tmp_path)
     assert record["bytes"]["ndarray"] > record["bytes"]["params"] and len(table_rows(markdown)) == 4
 
 
+@pytest.mark.slow
 def test_sequence_parity_quick(load_benchmark, tmp_path):
     module = load_benchmark("sequence_parity")
     record, markdown = run_quick(module, tmp_path)
@@ -189,6 +195,7 @@ def test_sequence_parity_quick(load_benchmark, tmp_path):
     assert all(1.0 < run["val_perplexity"] < 56 for run in charlm)
 
 
+@pytest.mark.slow
 def test_lm_loss_scaling_quick_shows_underflow(load_benchmark, tmp_path):
     module = load_benchmark("lm_loss_scaling")
     record, markdown = run_quick(module, tmp_path)
@@ -203,6 +210,7 @@ def test_lm_loss_scaling_quick_shows_underflow(load_benchmark, tmp_path):
     assert rows["float16-dynamic"]["final_loss_scale"] > 1
 
 
+@pytest.mark.slow
 def test_sequence_speed_quick_counts_casts(load_benchmark, tmp_path):
     module = load_benchmark("sequence_speed")
     record, markdown = run_quick(module, tmp_path)
@@ -242,6 +250,7 @@ def test_rnn_emulation_error_quick_stays_within_float16_resolution(load_benchmar
     assert all(worst < 1e-5 for worst, _ in rows["unrolled, no rounding"].values())
 
 
+@pytest.mark.slow
 def test_detection_parity_quick_trains_ssd_yolo3_and_faster_rcnn_in_every_dtype(load_benchmark,
                                                                                tmp_path):
     module = load_benchmark("detection_parity")
@@ -265,6 +274,7 @@ def test_detection_parity_quick_trains_ssd_yolo3_and_faster_rcnn_in_every_dtype(
         assert row["dtype"] != "float32" or row["vs_float32_range"] == "within"
 
 
+@pytest.mark.slow
 def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_path):
     module = load_benchmark("detection_speed")
     record, markdown = run_quick(module, tmp_path, "--detectors", "ssd_mobilenet0.25")
@@ -311,6 +321,7 @@ def test_user_errors_exit_2_with_one_line(load_benchmark, capsys, name, argv, me
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_amp_ssd_quick_counts_casts_and_times_three_dtypes(load_benchmark, tmp_path):
     module = load_benchmark("amp_ssd")
     record, markdown = run_quick(module, tmp_path)
@@ -324,6 +335,7 @@ def test_amp_ssd_quick_counts_casts_and_times_three_dtypes(load_benchmark, tmp_p
     assert len(table_rows(markdown)) == 3 + 1 + 3  # casts; the step-time header and rows
 
 
+@pytest.mark.slow
 def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
     module = load_benchmark("transposed_conv_step")
     record, markdown = run_quick(module, tmp_path)
@@ -332,6 +344,7 @@ def test_transposed_conv_step_quick_times_every_dtype(load_benchmark, tmp_path):
     assert len(table_rows(markdown)) == 5
 
 
+@pytest.mark.slow
 def test_boundary_scale_step_quick_times_every_mode(load_benchmark, tmp_path):
     module = load_benchmark("boundary_scale_step")
     record, markdown = run_quick(module, tmp_path)
@@ -371,6 +384,7 @@ def test_voc_digits_quick_is_read_by_gluoncv_as_voc(load_benchmark, tmp_path, ca
     assert err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_digit_backbone_quick_writes_weights_the_zoo_network_loads(load_benchmark, tmp_path,
                                                                    capsys):
     from gluoncv.model_zoo import get_model
@@ -424,6 +438,7 @@ def test_emulation_step_quick_times_both_dtypes(load_benchmark, capsys):
     assert lines[2]["float16_over_float32"] > 0
 
 
+@pytest.mark.slow
 def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(tmp_path):
     import mxnet as mx
     from gluoncv.model_zoo import get_model

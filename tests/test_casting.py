@@ -11,6 +11,7 @@ from gluoncv.nn.dropblock import DropBlock
 from mxnet.gluon.model_zoo import vision
 
 import mxfp16
+from conftest import slow_except
 from mxfp16.models import get_network
 from mxfp16.casting.graph import MARK, count_ops
 
@@ -75,6 +76,7 @@ def relative_error(out, ref):
     return float(np.abs(out - ref).max() / np.abs(ref).max())
 
 
+@pytest.mark.slow
 def test_resnet50_float16_matches_float32_forward_and_backward():
     mx.random.seed(1)
     net = vision.resnet50_v1(classes=10)
@@ -134,7 +136,12 @@ def input_size(name):
     return 32 if name.startswith(("cifar", "vgg")) else 64
 
 
-@pytest.mark.parametrize("name", ZOO + GLUONCV_ZOO)
+#: The networks that the fast tier casts: the smallest of each family.
+FAST_ZOO = ("resnet18_v1", "resnet18_v2", "mobilenet0.25", "mobilenetv2_0.25", "squeezenet1.1",
+            "cifar_resnet20_v1")
+
+
+@pytest.mark.parametrize("name", slow_except(ZOO + GLUONCV_ZOO, FAST_ZOO))
 def test_model_zoo_networks_cast_and_run(name):
     net = get_network(name, num_classes=10)
     net.initialize()
@@ -274,7 +281,7 @@ SYMBOL_FAMILIES = ["resnet18_v1", "resnext50_32x4d", "vgg11", "alexnet", "google
                    "mobilenet0.25", "densenet121", "squeezenet1.0"]
 
 
-@pytest.mark.parametrize("name", SYMBOL_FAMILIES)
+@pytest.mark.parametrize("name", slow_except(SYMBOL_FAMILIES, ["resnet18_v1"]))
 def test_cast_symbol_of_gluon_exports_binds_and_trains_with_module(name, tmp_path):
     size = {"inceptionv3": 299, "alexnet": 96, "densenet121": 224, "squeezenet1.0": 224,
             "googlenet": 224}.get(name, 64)

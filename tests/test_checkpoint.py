@@ -40,6 +40,7 @@ def save(prefix, epoch, net, trainer, scaler, **meta):
                            num_update=trainer.optimizer.num_update, **meta)
 
 
+@pytest.mark.slow
 def test_save_writes_mxnet_files_and_load_restores_everything(tmp_path):
     net, trainer, scaler = trained_state()
     prefix = str(tmp_path / "run" / "tiny")

@@ -68,6 +68,7 @@ def error_lines(capsys):
     return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_to_the_process_group_with_two_data_workers_saves_and_exits(image_folder,
                                                                               tmp_path, signum,
@@ -196,6 +197,7 @@ def test_a_pickle_that_would_write_a_marker_file_does_not_write_it(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_live_prefix_is_refused_naming_its_pid(train_imagenet, tmp_path,
                                                                   capsys):
     prefix = str(tmp_path / "r")
@@ -233,6 +235,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_write_then_resume_leaves_no_temporary_file(train_imagenet, tmp_path):
     prefix = str(tmp_path / "r")
     args = TINY + SYNTHETIC + ["--num-epochs", "2", "--model-prefix", prefix]
@@ -246,6 +249,7 @@ def test_kill_9_during_a_write_then_resume_leaves_no_temporary_file(train_imagen
     assert glob.glob(str(tmp_path / "*tmp-*")) == []
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_error_line_and_the_checkpoints_before_stay(finished_run, tmp_path):
     prefix = copy_run(finished_run, tmp_path)
     limit = os.path.getsize(checkpoint.checkpoint_paths(prefix, 2).params) // 2

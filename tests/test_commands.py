@@ -81,6 +81,7 @@ def test_example_networks_the_zoo_lacks_name_the_closest_in_one_line(capsys, nam
     assert name in line and closest in line
 
 
+@pytest.mark.slow
 def test_mxnet_float16_guide_command(capsys):
     guide = ["--network", "resnet-v1", "--num-layers", "50", "--benchmark", "1",
              "--batch-size", "256", "--dtype", "float16"]
@@ -94,6 +95,7 @@ def test_mxnet_float16_guide_command(capsys):
     assert out.strip().splitlines()[-1].startswith("resnet18_v1 float16 (gluon): 1 epoch")
 
 
+@pytest.mark.slow
 def test_example_readme_train_imagenet_on_records_with_augmentation_level_3(rec_files, capsys):
     readme = ["--network", "resnet", "--num-layers", "50", "--data-train", rec_files.train_rec,
               "--data-val", rec_files.val_rec, "--batch-size", "64"]
@@ -194,6 +196,7 @@ GLUONCV_RECIPES = {
 SMALLER = {"resnet50_v1b": "resnet18_v1b", "mobilenet1.0": "mobilenet0.25"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(GLUONCV_RECIPES))
 def test_gluoncv_recipes_on_records(model, rec_files, tmp_path, capsys):
     save_dir, log_file = str(tmp_path / f"params_{model}"), str(tmp_path / f"{model}.log")
@@ -219,6 +222,7 @@ def test_gluoncv_recipes_on_records(model, rec_files, tmp_path, capsys):
         f"{SMALLER[model]} float16 (gluon): 2 epochs")
 
 
+@pytest.mark.slow
 def test_gluoncv_resnet18_v1_recipe_on_an_imagenet_folder(imagenet_folder, tmp_path, capsys):
     recipe = ["--batch-size", "64", "--num-gpus", "4", "-j", "32", "--mode", "hybrid",
               "--num-epochs", "150", "--lr", "0.1", "--momentum", "0.9", "--wd", "0.0001",

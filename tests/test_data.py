@@ -268,6 +268,7 @@ def test_module_learns_the_fixture_classes_from_records(rec_files):
     assert dict(module.score(val_data, "acc"))["accuracy"] >= 0.75
 
 
+@pytest.mark.slow
 def test_folder_iters_shards_training_images_over_workers(image_folder):
     from mxfp16.train.data import split_image_folder
     split = split_image_folder(str(image_folder), 0.25, 0)

@@ -76,6 +76,7 @@ def trained(tmp_path_factory):
     return net, net16, x, prefixes, {kind: loaded[p] for kind, p in prefixes.items()}
 
 
+@pytest.mark.slow
 def test_float32_export_holds_the_master_weights_and_loads_without_mxfp16(trained):
     net, net16, x, prefixes, loaded = trained
     weight = net.collect_params()[net.prefix + "conv0_weight"]
@@ -139,6 +140,7 @@ def test_bad_requests_raise_with_the_fix():
         mxfp16.export(fresh, "unused")
 
 
+@pytest.mark.slow
 def test_resnet50_exports_both_graphs_at_a_small_image_size(tmp_path):
     net = get_network("resnet50_v1", 10)
     net.initialize()

@@ -99,6 +99,7 @@ def amp_casts(net, sym):
     return inserted(cast_inputs(converted._cached_graph[1]), cast_inputs(sym))
 
 
+@pytest.mark.slow
 def test_ssd_gpu_graph_casts_fewer_than_mxnet_amp():
     """MXNet AMP's tutorial SSD: mxfp16 casts the images and the two concatenated predictions
     (3 casts); AMP's convert_hybrid_block 5 cast nodes converting 10 tensors."""

@@ -337,6 +337,7 @@ def flat(out):
     return [a for item in out for a in flat(item)] if isinstance(out, (list, tuple)) else [out]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, mode", [("float16", "full"), ("bfloat16", "full"),
                                          ("float16", "amp")])
 @pytest.mark.parametrize("module", sorted(SWEEP))
@@ -380,6 +381,7 @@ TRAINING_CALLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["full", "amp"])
 @pytest.mark.parametrize("module", sorted(SWEEP))
 def test_family_gpu_graph_runs_gemms_in_float16_with_float32_boxes(module, mode):

@@ -88,6 +88,7 @@ def trained(tmp_path_factory):
     return [dict(np.load(out_dir / f"worker-{rank}.npz")) for rank in range(2)]
 
 
+@pytest.mark.slow
 def test_workers_know_their_rank_and_the_job_size(trained):
     assert [int(record["rank"]) for record in trained] == [0, 1]
     assert [int(record["num_workers"]) for record in trained] == [2, 2]
@@ -151,6 +152,7 @@ def test_first_failing_worker_code_is_returned_and_every_process_stopped(tmp_pat
     assert not [pid for pid in pids if alive(pid)]
 
 
+@pytest.mark.slow
 def test_script_timeout_stops_every_process_and_exits_124(launch_main, tmp_path, capsys):
     start = time.monotonic()
     code = launch_main(["-n", "2", "-s", "1", "--timeout", "6", "--log-dir", str(tmp_path / "logs"),
@@ -266,6 +268,7 @@ def test_script_user_errors_print_one_line_and_exit_2(launch_main, tmp_path, cap
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(TRAIN_IMAGENET), reason="scripts/train_imagenet.py not written")
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_train_imagenet_runs_as_a_two_worker_float16_job(launch_main, tmp_path, api):

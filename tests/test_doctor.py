@@ -123,6 +123,7 @@ def test_main_text_has_every_section(capsys):
     assert heads[-1].startswith("Problems")
 
 
+@pytest.mark.slow
 def test_bench_gives_measured_ratios(capsys):
     assert main(["--json", "--bench"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -68,6 +68,7 @@ def summary(capsys):
     return captured.out.strip().splitlines()[-1], captured.err
 
 
+@pytest.mark.slow
 def test_checkpoints_load_into_the_zoo_network_with_the_master_weights(runs):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(ZOO_LOAD), *runs.values()],
@@ -104,6 +105,7 @@ def test_evaluate_scores_each_kind_of_checkpoint_in_float32_and_float16(
                         r"agreement with float32 [\d.]+ \([\d.]+ img/s\)", line), line
 
 
+@pytest.mark.slow
 def test_the_checkpoint_and_its_params_file_score_alike(runs, evaluate, image_folder, capsys):
     folder = ["--data-dir", str(image_folder), "--val-fraction", "0.25", "--dtype", "float32"]
     scores = []
@@ -193,6 +195,7 @@ def test_every_flag_is_kebab_case_and_says_its_default(name):
                for a in actions for flag in a.option_strings)
 
 
+@pytest.mark.slow
 def test_lstm_language_model_exports_and_runs_in_float16(tmp_path, capsys):
     prefix = str(tmp_path / "lm")
     code, lines, _ = run_example("lstm_language_model", [

@@ -77,6 +77,7 @@ def test_lstm_language_model_learns_the_docstrings(dtype, cpus, capsys):
     assert summary["skipped"] == "0"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, shared", [("float32", False), ("float16", False),
                                            ("float16", True), ("bfloat16", False)])
 def test_dcgan_generates_digits_closer_to_real_ones(dtype, shared, capsys):
@@ -93,6 +94,7 @@ def test_dcgan_generates_digits_closer_to_real_ones(dtype, shared, capsys):
         assert (summary["g_scale"], summary["d_scale"]) == ("1", "1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", IMAGE_EXAMPLES)
 @pytest.mark.parametrize("dtype, cpus", [("float32", "1"), ("float16", "1"), ("float16", "2"),
                                          ("bfloat16", "1")])
@@ -115,6 +117,7 @@ def test_image_examples_run_on_synthetic_images_of_any_shape(name, capsys):
     assert (code, summary["dtype"], summary["epochs"]) == (0, "float16", "1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_numpy_interface_resnet_learns_the_digits_and_its_checkpoint_reloads(dtype, capsys):
     from mxnet import util
@@ -128,6 +131,7 @@ def test_numpy_interface_resnet_learns_the_digits_and_its_checkpoint_reloads(dty
     assert losses[-1] < losses[0] and summary["skipped"] == "0"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_bert_classifier_learns_which_module_a_sentence_documents(dtype, capsys):
     pytest.importorskip("gluonnlp")
@@ -144,6 +148,7 @@ def test_bert_classifier_learns_which_module_a_sentence_documents(dtype, capsys)
     assert (summary["classes"], summary["dtype"]) == ("4", dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_ssd_detection_learns_the_digit_boxes(dtype, capsys):
     code, lines, summary = run_example("ssd_detection", [
@@ -202,6 +207,7 @@ def test_gpus_mxnet_cannot_see_are_a_usage_error():
         common.devices("0")
 
 
+@pytest.mark.slow
 def test_a_bad_flag_is_one_error_line_and_exit_code_2():
     result = subprocess.run([sys.executable, os.path.join(EXAMPLES_DIR, "lstm_language_model.py"),
                              "--gpus", "0", "--cpus", "2"], capture_output=True, text=True,

@@ -117,6 +117,7 @@ def test_ties_match_numpy_exactly(round_nd):
     assert_bits_equal(round_nd(mx.nd.array(x)).asnumpy(), numpy_round(x))
 
 
+@pytest.mark.slow
 def test_random_values_match_numpy_exactly(round_nd):
     x = random_values()
     assert_bits_equal(round_nd(mx.nd.array(x)).asnumpy(), numpy_round(x))
@@ -249,6 +250,7 @@ def run_python(code, env_update, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_scalar_path_matches_numpy_exactly(round_nd):
     code = """
         import numpy as np, mxnet as mx
@@ -266,6 +268,7 @@ def test_scalar_path_matches_numpy_exactly(round_nd):
     assert result.stdout.split() == ["scalar", "ok"]
 
 
+@pytest.mark.slow
 def test_without_a_compiler_load_warns_once_and_returns_false(tmp_path):
     code = """
         from mxfp16.casting import fastround
@@ -280,6 +283,7 @@ def test_without_a_compiler_load_warns_once_and_returns_false(tmp_path):
     assert "keeps the Cast pair" in warnings[0]
 
 
+@pytest.mark.slow
 def test_concurrent_first_builds_compile_once(round_nd, tmp_path):
     code = """
         import logging, threading

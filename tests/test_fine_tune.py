@@ -43,6 +43,7 @@ def epochs(folder):
         return [r for r in map(json.loads, lines) if r["event"] == "epoch"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_fine_tunes_a_checkpoint_in_float16(fine_tune, base, images, tmp_path, capsys, api):
     prefix = str(tmp_path / "tuned")

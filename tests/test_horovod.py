@@ -27,7 +27,12 @@ HOROVOD_REASON = horovod_missing()
 if HOROVOD_REASON:
     HOROVOD_REASON += ": pip install -e \".[horovod]\" as docs/guide.md says"
 
-needs_horovod = pytest.mark.skipif(HOROVOD_REASON is not None, reason=HOROVOD_REASON or "")
+
+def needs_horovod(test):
+    """Skipped where Horovod is not installed; slow (horovodrun jobs)."""
+    skip = pytest.mark.skipif(HOROVOD_REASON is not None, reason=HOROVOD_REASON or "")
+    return pytest.mark.slow(skip(test))
+
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)

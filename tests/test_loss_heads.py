@@ -274,6 +274,7 @@ def test_trainer_logs_once(caplog):
         messages[0]
 
 
+@pytest.mark.slow
 def test_a_trainer_first_used_at_a_later_step_trains_as_one_used_from_the_start(tmp_path):
     """Finding the loss heads changes no step: a new Trainer that starts at step 2 with the old
     one's states (a resumed loop's) ends with the weights of the one that ran steps 0 to 2, with
@@ -711,6 +712,7 @@ print(json.dumps(growth))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc/self/statm")
 def test_a_network_cast_again_each_epoch_does_not_keep_the_old_ones_memory():
     """GluonCV's validation calls set_nms every epoch, so mxfp16.amp casts the network again; the

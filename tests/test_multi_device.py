@@ -138,6 +138,7 @@ def first_log_line(folder):
     return re.sub(r"^\S+ \S+ INFO ", "", line.strip())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_two_cpus_train_float16_with_dynamic_scaling_and_identical_devices(
         train_imagenet, runs, tmp_path, capsys, api):
@@ -212,6 +213,7 @@ def test_an_overflow_on_one_device_skips_the_step_on_every_device(api_type):
     assert_devices_identical(api)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_a_checkpoint_does_not_depend_on_the_number_of_devices(train_imagenet, runs, tmp_path, api):
     """Two devices, resumed on two (exactly), on one, and back on two."""
@@ -263,6 +265,7 @@ def pretrained(train_imagenet, tmp_path_factory):
     return prefix
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_fine_tuning_a_checkpoint_on_two_cpus(pretrained, runs, tmp_path, api):
     prefix = str(tmp_path / "tuned")
@@ -276,6 +279,7 @@ def test_fine_tuning_a_checkpoint_on_two_cpus(pretrained, runs, tmp_path, api):
     assert symbol.infer_shape(data=(1,) + IMAGE_SHAPE)[1] == [(1, 3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_the_device_and_local_kvstores_agree(train_imagenet, tmp_path, api):
     params = {}

@@ -68,6 +68,7 @@ def test_other_import_errors_are_raised_unchanged(tmp_path):
     assert result["mxfp16.cast_block"] == ["OSError", "libgfortran.so.5: cannot open", "NoneType"]
 
 
+@pytest.mark.slow
 def test_public_names_load_on_first_use(tmp_path):
     assert run_program(tmp_path, "1.23.5") == {"mxnet_imported": False}  # and no error on use
     from mxfp16 import Trainer, cast_block

@@ -98,6 +98,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name, api, devices, source, save_steps", CASES)
 def test_interrupted_and_resumed_run_ends_bit_identical(train_imagenet, image_folder, rec_files,
                                                         tmp_path, signal_name, api, devices, source,
@@ -186,6 +187,7 @@ def wait_for_log(process, log_dir, marker):
     raise AssertionError(f"the job ended before {marker!r}: {rank_0_log(log_dir)[-2000:]}")
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_stops_every_worker_at_one_step_then_the_job_resumes(tmp_path):
     prefix = str(tmp_path / "run" / "r")
     args = DIST + ["--model-prefix", prefix]
@@ -211,6 +213,7 @@ def test_sigterm_to_the_launcher_stops_every_worker_at_one_step_then_the_job_res
     assert f"starting at epoch 1, batch {batch}" in rank_0_log(tmp_path / "logs2")
 
 
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_job_with_one_line_and_it_resumes_from_save_steps(tmp_path):
     prefix = str(tmp_path / "run" / "r")
     args = DIST + ["--api", "module", "--model-prefix", prefix, "--save-steps", "2"]
@@ -264,6 +267,7 @@ def signal_at_batch(monkeypatch, batch, signum=signal.SIGTERM, epoch=0):
     monkeypatch.setattr(logs.EpochMeter, "update", update)
 
 
+@pytest.mark.slow
 def test_resuming_mid_epoch_with_another_batch_size_is_one_error_line(
         train_imagenet, tmp_path, monkeypatch, capsys):
     prefix = str(tmp_path / "r")
@@ -284,6 +288,7 @@ def test_resuming_mid_epoch_with_another_batch_size_is_one_error_line(
     assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0), (3, 0)]
 
 
+@pytest.mark.slow
 def test_a_signal_during_validation_saves_the_trained_epoch_and_resumes_exactly(
         train_imagenet, image_folder, tmp_path, monkeypatch):
     full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
@@ -305,6 +310,7 @@ def test_a_signal_during_validation_saves_the_trained_epoch_and_resumes_exactly(
         assert json.load(a)["metrics"]["top1"] == json.load(b)["metrics"]["top1"]
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_the_save_stops_at_once_and_keeps_the_last_checkpoint(
         train_imagenet, tmp_path, monkeypatch, capsys):
     prefix = str(tmp_path / "r")
@@ -332,6 +338,7 @@ def test_save_steps_without_model_prefix_is_one_error_line(train_imagenet, capsy
                                        "runs/r50)\n")
 
 
+@pytest.mark.slow
 def test_a_signal_without_model_prefix_says_nothing_was_saved(train_imagenet, monkeypatch, capsys):
     signal_at_batch(monkeypatch, 2)
     assert train_imagenet(QUICK) == 143
@@ -339,6 +346,7 @@ def test_a_signal_without_model_prefix_says_nothing_was_saved(train_imagenet, mo
             "--model-prefix PREFIX to save on a signal); exit code 143") in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_signal_during_an_epoch_checkpoint_stops_right_after_it(train_imagenet, tmp_path,
                                                                   monkeypatch, capsys):
     prefix = str(tmp_path / "r")
@@ -353,6 +361,7 @@ def test_a_signal_during_an_epoch_checkpoint_stops_right_after_it(train_imagenet
     assert "stopped by SIGTERM at the end of epoch 0: saved checkpoint " in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_mixup_and_label_smoothing_resume_with_the_same_draws(train_imagenet, image_folder,
                                                               tmp_path, monkeypatch):
     args = COMMON + data_flags("folder", image_folder) + ["--mixup", "--label-smoothing", "0.1"]
@@ -366,6 +375,7 @@ def test_mixup_and_label_smoothing_resume_with_the_same_draws(train_imagenet, im
     assert_identical(final_weights(full), final_weights(part))
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_horovod_job_stops_both_ranks_at_one_step_then_it_resumes(tmp_path):
     pytest.importorskip("horovod.mxnet", reason="Horovod is not installed (README's test command)")
     prefix = str(tmp_path / "run" / "r")

@@ -314,6 +314,7 @@ def test_strip_loss_head():
     assert strip_loss_head(fc).list_outputs() == ["fc_output"]
 
 
+@pytest.mark.slow
 def test_build_render_and_save_report(tmp_path):
     config = ReportConfig("resnet18_v1", image_shape=(3, 16, 16), batch_size=8, num_classes=8,
                           gpus=("v100", "H100"), underflow_steps=1, underflow_batch_size=2)

@@ -42,6 +42,7 @@ def records(folder, event="epoch"):
         return [r for r in map(json.loads, lines) if r["event"] == event]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api, source", [("gluon", "folder"), ("module", "records")])
 def test_float16_loss_falls_and_accuracy_rises_well_above_chance(
         train_imagenet, learnable, tmp_path, capsys, api, source):
@@ -79,6 +80,7 @@ def kill_while_saving(epoch):
     return write
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_resume_after_a_killed_save_continues_exactly(train_imagenet, tmp_path, monkeypatch, api):
     prefix = str(tmp_path / "r")

@@ -302,6 +302,7 @@ def test_resume_restores_weights_optimizer_state_and_loss_scale_exactly(ctx, tmp
     assert_same(weights(net, trained_only=True), weights(resumed_net, trained_only=True))
 
 
+@pytest.mark.slow
 def test_gluon_trainer_reads_our_states_and_we_read_a_float32_gluon_run(tmp_path):
     net, trainer = new_float16_run([mx.cpu()], 256.0)
     train_steps(net, trainer, batches(2), [mx.cpu()])

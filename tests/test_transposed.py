@@ -179,6 +179,7 @@ def test_deferred_weight_shapes_take_the_zero_upsampled_form_and_train(dtype):
                for p in net.collect_params().values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_simple_pose_deconvolution_head_trains_cast(dtype):
     """GluonCV's SimplePose (three Conv2DTranspose layers after a ResNet) trains on heatmaps in
