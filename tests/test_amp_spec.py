@@ -547,6 +547,7 @@ def language_model():
     return model, model.score(_val_iter(), mx.metric.Perplexity(-1))[0][1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_convert_bucketing_module_predicts_and_trains_in_every_bucket(dtype, language_model):
     model, perplexity = language_model

@@ -99,6 +99,7 @@ def _gluon_file(net16, prefix):
     return path
 
 
+@pytest.mark.slow
 def test_float16_export_has_every_parameter_in_the_gpu_graphs_dtypes(trained):
     net, _, _, prefixes, loaded = trained
     sym = mx.sym.load(prefixes["float16"] + "-symbol.json")
@@ -118,6 +119,7 @@ def test_float16_export_has_every_parameter_in_the_gpu_graphs_dtypes(trained):
     assert loaded["float16"]["params"] == expected
 
 
+@pytest.mark.slow
 def test_emulation_graph_only_when_asked_and_then_in_plain_ops(trained):
     _, net16, x, prefixes, loaded = trained
     ops = {node["op"] for node in json.loads(

@@ -94,6 +94,7 @@ def test_workers_know_their_rank_and_the_job_size(trained):
     assert [int(record["num_workers"]) for record in trained] == [2, 2]
 
 
+@pytest.mark.slow
 def test_gradients_are_summed_over_the_workers(trained):
     first, second = trained
     assert first["aggregated_grads"].shape == (len(dist_worker.GRAD_STEPS), 16, 8)
@@ -107,6 +108,7 @@ def test_gradients_are_summed_over_the_workers(trained):
         np.testing.assert_array_equal(aggregated0, local0 + local1, err_msg=f"step {step}")
 
 
+@pytest.mark.slow
 def test_inf_in_one_workers_batch_makes_every_worker_skip(trained):
     first, second = trained
     assert dist_worker.INF_STEP in first["skipped"].tolist()
@@ -115,6 +117,7 @@ def test_inf_in_one_workers_batch_makes_every_worker_skip(trained):
     assert first["loss_scale"] == second["loss_scale"]
 
 
+@pytest.mark.slow
 def test_every_worker_measures_the_same_auto_start(trained):
     first, second = trained
     assert 0 not in first["skipped"].tolist()  # the measuring step updates
@@ -123,6 +126,7 @@ def test_every_worker_measures_the_same_auto_start(trained):
     assert start == 2.0 ** round(np.log2(start))  # a power of two
 
 
+@pytest.mark.slow
 def test_workers_end_with_identical_float16_weights(trained):
     # The workers initialise differently (dist_worker.make_net): equal weights need the Trainer's
     # broadcast of rank 0's weights as well as identical updates.
@@ -134,6 +138,7 @@ def test_workers_end_with_identical_float16_weights(trained):
         assert np.array_equal(first[name], second[name]), name
 
 
+@pytest.mark.slow
 def test_training_converges(trained):
     for record in trained:
         losses = record["losses"][np.isfinite(record["losses"])]

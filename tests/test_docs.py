@@ -302,9 +302,8 @@ def _in_order(keys, got):
     return all(key in position for key in keys)
 
 
-@pytest.mark.parametrize("group", [
-    pytest.param(name, marks=[pytest.mark.slow] * any("slow" in b.options for b in blocks))
-    for name, blocks in GROUPS.items()])
+@pytest.mark.slow  # each group runs fresh interpreters: 2 to 50 s
+@pytest.mark.parametrize("group", list(GROUPS))
 def test_block_runs(group, tmp_path, program_flags):
     """Each group of blocks (a ``run`` block and the ``after:`` blocks that follow it) runs in a
     fresh directory; python blocks share one process, bash blocks the directory."""

@@ -57,6 +57,7 @@ def estimator(net, dtype, **kwargs):
     return est
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_estimator_trains_with_float32_checkpoints(dtype, tmp_path):
     net = mxfp16.cast_block(network(), dtype)
@@ -182,6 +183,7 @@ def test_a_gluon_trainer_is_refused_with_the_fix():
         est.fit(loader(), epochs=1)
 
 
+@pytest.mark.slow
 def test_checkpoint_handler_resumes_a_float16_run(tmp_path):
     net = mxfp16.cast_block(network(), "float16")
     first = estimator(net, "float16")

@@ -159,6 +159,7 @@ def test_awd_lstm_with_weight_drop_ends_where_float32_ends(monkeypatch, tmp_path
     assert_near(values, reference, AWD_BAND, "validation perplexity")
 
 
+@pytest.mark.slow
 def test_cnn_ends_where_float32_ends():
     reference = cnn_test_loss("float32", 0)
     assert reference < 0.5  # it learned (untrained: ln 10 = 2.3)
