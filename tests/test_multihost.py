@@ -89,6 +89,7 @@ def final_weights(prefix):
     return mx.nd.load(checkpoint.checkpoint_paths(prefix, 2).params)
 
 
+@pytest.mark.slow
 def test_dist_sync_across_two_hosts_named_with_users_and_ports_stops_on_sigterm_and_resumes(
         hosts, tmp_path):
     path = hostfile(tmp_path, "root@node1", "node2:2222")
@@ -144,6 +145,7 @@ def horovod_log(log_dir):
 HOROVOD = dict(launcher=("--launcher", "horovod"), num_servers=())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["dist_sync", "horovod"])
 def test_a_remote_worker_killed_with_sigkill_stops_the_job_on_both_hosts_with_137(
         hosts, tmp_path, launcher):
@@ -162,6 +164,7 @@ def test_a_remote_worker_killed_with_sigkill_stops_the_job_on_both_hosts_with_13
     assert_nothing_left(hosts, output)
 
 
+@pytest.mark.slow
 def test_horovod_across_two_hosts_stops_on_sigterm_with_a_checkpoint_and_resumes(hosts, tmp_path):
     pytest.importorskip("horovod.mxnet", reason="Horovod is not installed (README's test command)")
     path = hostfile(tmp_path, "node1:2222", "root@node2:2222")
@@ -186,6 +189,7 @@ def test_horovod_across_two_hosts_stops_on_sigterm_with_a_checkpoint_and_resumes
     assert_nothing_left(hosts, output)
 
 
+@pytest.mark.slow
 def test_a_launcher_killed_with_sigkill_leaves_nothing_on_either_host(hosts, tmp_path):
     path = hostfile(tmp_path, "node1", "node2")
     job = start(hosts, launch_argv(path, tmp_path / "logs", "python", "-c",
@@ -199,6 +203,7 @@ def test_a_launcher_killed_with_sigkill_leaves_nothing_on_either_host(hosts, tmp
     assert hosts.leftovers(0, wait=15) == [] and hosts.leftovers(1, wait=15) == []
 
 
+@pytest.mark.slow
 def test_unusable_hosts_are_one_line_each_before_anything_starts(hosts, tmp_path):
     path = hostfile(tmp_path, "node1", "node2:2200", "nobody@node2", "10.231.7.9")
     code, output = run(hosts, launch_argv(path, tmp_path / "logs", *TRAIN, "--kv-store",
@@ -213,6 +218,7 @@ def test_unusable_hosts_are_one_line_each_before_anything_starts(hosts, tmp_path
     assert_nothing_left(hosts, output)
 
 
+@pytest.mark.slow
 def test_a_remote_process_that_fails_to_start_shows_the_first_error_line_of_its_log(hosts,
                                                                                      tmp_path):
     path = hostfile(tmp_path, "node2")

@@ -84,6 +84,7 @@ def flat(outputs):
     return [outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_family_trains_and_its_checkpoint_loads_into_a_fresh_float32_model(name, dtype, tmp_path):
