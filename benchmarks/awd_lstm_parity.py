@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 import gluonnlp as nlp
 import mxnet as mx
 import numpy as np
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, mean_std, parse_config, publish, require_positive,
-                          stdlib_text)
+from bench_common import (add_output_arguments, command_line, config_from, header_lines,
+                          machine_info, markdown_table, mean_std, parse_argv, publish,
+                          require_positive, stdlib_text)
 from mxnet import autograd, gluon
 
 import mxfp16
@@ -269,12 +269,11 @@ def make_config(args):
         values.update(modes=("float32", "float16", "float16-bypass"), seeds=1, epochs=1,
                       num_chars=20000,
                       emsize=16, nhid=16, bptt=10, batch_size=4)
-    return Config(**{field: values[field] for field in Config.__dataclass_fields__})
+    return config_from(Config, values)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    config, failed = parse_config(get_args_parser(), make_config, argv)
+    config, argv, failed = parse_argv(get_args_parser(), make_config, argv)
     if failed:
         return failed
     corpus = word_corpus(config.num_chars, config.min_count)

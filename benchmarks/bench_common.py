@@ -184,6 +184,19 @@ def parse_config(parser, make_config, argv):
         return None, 2
 
 
+def parse_argv(parser, make_config, argv):
+    """:func:`parse_config` on ``argv`` as a list (None: ``sys.argv[1:]``), for a ``main(argv)``
+    that records its command line: ``(config, argv, None)``, or ``(None, argv, 2)``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    config, failed = parse_config(parser, make_config, argv)
+    return config, argv, failed
+
+
+def config_from(config_class, values):
+    """A ``config_class`` (a dataclass) of the entries of ``values`` that name its fields."""
+    return config_class(**{field: values[field] for field in config_class.__dataclass_fields__})
+
+
 def publish(out_dir, name, text, record, extra=""):
     """Write ``<name>.md`` and ``.json`` and print the table with the files written."""
     write_results(out_dir, name, text, record)

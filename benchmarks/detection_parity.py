@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 
 import mxnet as mx
 import numpy as np
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, mean_std, parse_config, publish,
+from bench_common import (add_output_arguments, command_line, config_from, header_lines,
+                          machine_info, markdown_table, mean_std, parse_argv, publish,
                           require_positive, write_results)
 from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, drop_rules,
                              loss_function, mean_ap, parse_detector_arguments, prepare,
@@ -162,12 +162,11 @@ def make_config(args):
     values = dict(vars(args), detectors=detectors, dtypes=dtypes, without_rules=without)
     if args.quick:
         values.update(seeds=1, steps=3, batch_size=4, size=64, num_train=32, num_test=8)
-    return Config(**{field: values[field] for field in Config.__dataclass_fields__})
+    return config_from(Config, values)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    config, failed = parse_config(get_args_parser(), make_config, argv)
+    config, argv, failed = parse_argv(get_args_parser(), make_config, argv)
     if failed:
         return failed
     drop_rules(config.without_rules)

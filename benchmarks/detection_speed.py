@@ -38,8 +38,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 import mxnet as mx
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, publish, require_positive)
+from bench_common import (add_output_arguments, command_line, config_from, header_lines,
+                          machine_info, markdown_table, parse_argv, publish, require_positive)
 from bench_detection import (DETECTORS, add_detector_arguments, build, detection_data, drop_rules,
                              loss_function, parse_detector_arguments, prepare, short_error,
                              targets, train_step)
@@ -305,7 +305,7 @@ def make_config(args):
     values = dict(vars(args), detectors=detectors, dtypes=dtypes, without_rules=without)
     if args.quick:
         values.update(batch_size=2, size=64, rounds=2, steps=1, warmup=1, profile_steps=1)
-    return Config(**{field: values[field] for field in Config.__dataclass_fields__})
+    return config_from(Config, values)
 
 
 def measure(detector, config):
@@ -318,8 +318,7 @@ def measure(detector, config):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    config, failed = parse_config(get_args_parser(), make_config, argv)
+    config, argv, failed = parse_argv(get_args_parser(), make_config, argv)
     if failed:
         return failed
     drop_rules(config.without_rules)

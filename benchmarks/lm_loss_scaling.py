@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 
 import mxnet as mx
 import numpy as np
-from bench_common import (add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, mean_std, parse_config, publish, require_positive)
+from bench_common import (add_output_arguments, command_line, config_from, header_lines,
+                          machine_info, markdown_table, mean_std, parse_argv, publish,
+                          require_positive)
 from bench_sequence import CharLM, corpus, perplexity, sequences
 from mxnet import autograd, gluon
 
@@ -196,12 +197,11 @@ def make_config(args):
     if args.quick:
         values.update(log2_factors=(-16,), seeds=1, epochs=1, num_chars=6000, seq_len=16,
                       batch_size=16, hidden=32, probe_every=2)
-    return Config(**{field: values[field] for field in Config.__dataclass_fields__})
+    return config_from(Config, values)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    config, failed = parse_config(get_args_parser(), make_config, argv)
+    config, argv, failed = parse_argv(get_args_parser(), make_config, argv)
     if failed:
         return failed
     text = corpus(config.num_chars)

@@ -32,9 +32,9 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn, rnn
 
 import mxfp16
-from bench_common import (parse_choices, add_output_arguments, command_line, digits_split, header_lines,
-                          machine_info, markdown_table, mean_std, parse_config, parse_dtypes,
-                          publish, require_positive)
+from bench_common import (add_output_arguments, command_line, config_from, digits_split,
+                          header_lines, machine_info, markdown_table, mean_std, parse_argv,
+                          parse_choices, parse_dtypes, publish, require_positive)
 from bench_sequence import CharLM, corpus, perplexity, sequences
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -213,12 +213,11 @@ def make_config(args):
     if args.quick:
         values.update(seeds=1, digits_epochs=1, lm_epochs=1, num_chars=4000, seq_len=16,
                       batch_size=16, lm_hidden=32, digits_hidden=16)
-    return Config(**{field: values[field] for field in Config.__dataclass_fields__})
+    return config_from(Config, values)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    config, failed = parse_config(get_args_parser(), make_config, argv)
+    config, argv, failed = parse_argv(get_args_parser(), make_config, argv)
     if failed:
         return failed
     runs = []

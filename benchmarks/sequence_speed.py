@@ -29,8 +29,9 @@ import time
 from dataclasses import asdict, dataclass
 
 import mxnet as mx
-from bench_common import (parse_choices, add_output_arguments, command_line, header_lines, machine_info,
-                          markdown_table, parse_config, parse_dtypes, publish, require_positive)
+from bench_common import (add_output_arguments, command_line, config_from, header_lines,
+                          machine_info, markdown_table, parse_argv, parse_choices, parse_dtypes,
+                          publish, require_positive)
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
 from mxnet.gluon import nn, rnn
@@ -377,12 +378,11 @@ def make_config(args):
     if args.quick:
         values.update(vocab_size=64, lstm_hidden=16, seq_len=5, lstm_batch=4, units=16, heads=2,
                       tokens=8, transformer_batch=4, rounds=2, steps=1, warmup=1)
-    return Config(**{field: values[field] for field in Config.__dataclass_fields__})
+    return config_from(Config, values)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    config, failed = parse_config(get_args_parser(), make_config, argv)
+    config, argv, failed = parse_argv(get_args_parser(), make_config, argv)
     if failed:
         return failed
     results = []
