@@ -254,10 +254,9 @@ def key_lines(text):
 
 # ---- links and anchors -------------------------------------------------------------------------
 
-def prose_lines(page, keep_code=False):
-    """``(line_number, line)`` of ``page`` outside fenced blocks, with inline code removed (only its
-    backticks with ``keep_code``)."""
-    out, fence = [], None
+def _outside_fences(page):
+    """``(line_number, line)`` of ``page`` outside fenced blocks (fence lines excluded)."""
+    fence = None
     for number, line in enumerate(open(os.path.join(ROOT, page), encoding="utf-8"), 1):
         opening = FENCE.match(line)
         if fence is None and opening:
@@ -265,22 +264,20 @@ def prose_lines(page, keep_code=False):
         elif fence is not None and line.strip().startswith(fence) and not line.strip().strip(fence[0]):
             fence = None
         elif fence is None:
-            out.append((number, line.replace("`", "") if keep_code else re.sub(r"`[^`]*`", "", line)))
-    return out
+            yield number, line
+
+
+def prose_lines(page, keep_code=False):
+    """``(line_number, line)`` of ``page`` outside fenced blocks, with inline code removed (only its
+    backticks with ``keep_code``)."""
+    return [(number, line.replace("`", "") if keep_code else re.sub(r"`[^`]*`", "", line))
+            for number, line in _outside_fences(page)]
 
 
 def inline_code(page):
     """``(line_number, code)`` of every inline code span outside fenced blocks."""
-    out, fence = [], None
-    for number, line in enumerate(open(os.path.join(ROOT, page), encoding="utf-8"), 1):
-        opening = FENCE.match(line)
-        if fence is None and opening:
-            fence = opening.group(2)
-        elif fence is not None and line.strip().startswith(fence) and not line.strip().strip(fence[0]):
-            fence = None
-        elif fence is None:
-            out += [(number, code) for code in re.findall(r"`([^`]+)`", line)]
-    return out
+    return [(number, code) for number, line in _outside_fences(page)
+            for code in re.findall(r"`([^`]+)`", line)]
 
 
 def anchors(page):
