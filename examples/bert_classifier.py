@@ -22,7 +22,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxfp16
-from common import UsageError, check_positive, devices, make_parser, run, stdlib_docstrings
+from common import UsageError, check_positive, devices, fit, make_parser, run, stdlib_docstrings
 
 #: The modules whose sentences are the classes: documentation of different subjects.
 CLASSES = ("json", "logging", "subprocess", "threading")
@@ -148,11 +148,8 @@ def main(argv=None):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     start = time.time()
-    for epoch in range(args.num_epochs):
-        train_loss = train_one_epoch(net, trainer, loss_fn, train_data, ctx)
-        val_acc = evaluate(net, val_data, ctx)
-        print(f"epoch {epoch}: train loss {train_loss:.3f}, val accuracy {val_acc:.3f}, "
-              f"loss scale {trainer.loss_scale:g}")
+    train_loss, val_acc = fit(train_one_epoch, evaluate, args.num_epochs, net, trainer, loss_fn,
+                              train_data, val_data, ctx)
     print(f"bert_classifier: dtype={args.dtype} epochs={args.num_epochs} sentences={num_samples} "
           f"classes={len(CLASSES)} train_loss={train_loss:.3f} val_acc={val_acc:.3f} "
           f"loss_scale={trainer.loss_scale:g} skipped={trainer.num_skipped} "

@@ -191,6 +191,20 @@ def _place(glyph, size, boxes, rng, tries=20):
             return x, y
     return None
 
+def fit(train_one_epoch, evaluate, num_epochs, net, trainer, loss_fn, train_data, val_data, ctx):
+    """Train ``num_epochs`` epochs with the example's own loops: each epoch
+    ``train_one_epoch(net, trainer, loss_fn, train_data, ctx)`` (the mean training loss), then
+    ``evaluate(net, val_data, ctx)`` (the validation accuracy), and one line printed.
+
+    Returns the last epoch's ``(train_loss, val_acc)``."""
+    for epoch in range(num_epochs):
+        train_loss = train_one_epoch(net, trainer, loss_fn, train_data, ctx)
+        val_acc = evaluate(net, val_data, ctx)
+        print(f"epoch {epoch}: train loss {train_loss:.3f}, val accuracy {val_acc:.3f}, "
+              f"loss scale {trainer.loss_scale:g}")
+    return train_loss, val_acc
+
+
 def run(main, argv=None):
     """Run an example's ``main``: a user error is one ``error:`` line and exit code 2."""
     try:

@@ -19,7 +19,7 @@ from mxnet import autograd, gluon
 from sklearn.datasets import load_digits
 
 import mxfp16
-from common import UsageError, check_positive, devices, make_parser, run
+from common import UsageError, check_positive, devices, fit, make_parser, run
 from mxfp16.models import get_network
 
 
@@ -111,11 +111,8 @@ def main(argv=None):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     start = time.time()
-    for epoch in range(args.num_epochs):
-        train_loss = train_one_epoch(net, trainer, loss_fn, train_data, ctx)
-        val_acc = evaluate(net, val_data, ctx)
-        print(f"epoch {epoch}: train loss {train_loss:.3f}, val accuracy {val_acc:.3f}, "
-              f"loss scale {trainer.loss_scale:g}")
+    train_loss, val_acc = fit(train_one_epoch, evaluate, args.num_epochs, net, trainer, loss_fn,
+                              train_data, val_data, ctx)
     print(f"gluon_image_classification: dtype={args.dtype} network={args.network} "
           f"epochs={args.num_epochs} train_loss={train_loss:.3f} val_acc={val_acc:.3f} "
           f"loss_scale={trainer.loss_scale:g} skipped={trainer.num_skipped} "

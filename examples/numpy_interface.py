@@ -22,7 +22,7 @@ from mxnet.gluon import nn
 from sklearn.datasets import load_digits
 
 import mxfp16
-from common import check_positive, devices, make_parser, run
+from common import check_positive, devices, fit, make_parser, run
 
 
 class Residual(nn.HybridBlock):
@@ -135,11 +135,8 @@ def train(args, ctx):
                              dtype=args.dtype)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     start = time.time()
-    for epoch in range(args.num_epochs):
-        train_loss = train_one_epoch(net, trainer, loss_fn, train_data, ctx)
-        val_acc = evaluate(net, val_data, ctx)
-        print(f"epoch {epoch}: train loss {train_loss:.3f}, val accuracy {val_acc:.3f}, "
-              f"loss scale {trainer.loss_scale:g}")
+    train_loss, val_acc = fit(train_one_epoch, evaluate, args.num_epochs, net, trainer, loss_fn,
+                              train_data, val_data, ctx)
     reloaded = reloaded_accuracy(net, args, val_data, ctx)
     print(f"numpy_interface: dtype={args.dtype} epochs={args.num_epochs} "
           f"train_loss={train_loss:.3f} val_acc={val_acc:.3f} reloaded_acc={reloaded:.3f} "
