@@ -59,7 +59,105 @@ def _symbolic(call):
                (isinstance(item, (list, tuple)) and _symbolic(item)) for item in call)
 
 
-class CastBlock(gluon.SymbolBlock):
+class CastCheckpoints:
+    """The float32 checkpoints of a cast network, :class:`CastBlock` or a cast plain Block
+    (:class:`~mxfp16.casting.plain_block.CastPlainBlock`): ``save_parameters`` and
+    ``load_parameters`` under the float32 network's names.  A class lists those names in
+    :meth:`_save_keys` (what it writes) and :meth:`_load_keys` (what it reads besides the
+    parameters' own names); by default the ``param_keys`` of a :class:`CastBlock`."""
+
+    def _save_keys(self):
+        """``{name: Parameter}``: the names ``save_parameters`` writes."""
+        return self.param_keys
+
+    def _load_keys(self):
+        """``{name: Parameter}``: the names ``load_parameters`` reads besides the parameters'."""
+        return self._save_keys()
+
+    def save_parameters(self, filename, deduplicate=False, dtype="float32"):
+        """Save the parameters under the float32 network's (the original block's) names, in
+        float32 by default.
+
+        Parameters
+        ----------
+        filename : str
+        deduplicate : bool
+            Save a parameter shared by several layers once, as in Gluon.
+        dtype : {'float32', 'float16'}
+            ``'float32'``: the optimizer's float32 master weights where it holds them (the Trainer
+            the parameters were given to), else the float16 values widened; ``get_model(name)
+            .load_parameters(filename)`` loads the file with no option.  ``'float16'``: the values
+            as the network holds them (float16 weights, float32 normalization), half the size; a
+            float32 network loads it with ``load_parameters(filename, cast_dtype=True)``.
+
+        Raises
+        ------
+        ValueError
+            For another ``dtype``.
+        """
+        if dtype not in SAVE_DTYPES:
+            raise ValueError(f"dtype={dtype!r}: choose one of {', '.join(SAVE_DTYPES)} ('float32' "
+                             "for a checkpoint any float32 network loads)")
+        saved, seen = {}, set()
+        for key, param in self._save_keys().items():
+            if not (deduplicate and id(param) in seen):
+                seen.add(id(param))
+                saved[key] = deploy.float32_value(param) if dtype == "float32" else \
+                    numpy_interface.legacy(param.list_data()[0]).copyto(mx.cpu())
+        numpy_interface.save_arrays(filename, saved)  # as Gluon writes in this front end
+
+    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
+                        cast_dtype=False, dtype_source="current"):
+        """Load a float32 or float16 parameter file, converting each value to this network's dtype.
+
+        The names may be the float32 network's (``save_parameters`` of this network, of the float32
+        network, GluonCV's and MXNet's model-zoo files), the cast parts' own, or the parameters'
+        (``save_params``; ``arg:``/``aux:`` prefixes allowed).  Loaded float32 values also become
+        the optimizer's master weights.  ``cast_dtype`` is accepted for Gluon's signature: values
+        are always converted.
+
+        Raises
+        ------
+        ValueError
+            For a parameter the file lacks (unless ``allow_missing``), a name it has that this
+            network does not (unless ``ignore_extra``), or ``dtype_source='saved'``.
+        """
+        if dtype_source != "current":
+            raise ValueError(f"dtype_source={dtype_source!r}: a cast network keeps its own dtypes; "
+                             "leave dtype_source='current'")
+        values, extra = self._values_by_name(numpy_interface.load_arrays(filename))
+        params = self.collect_params()
+        missing = [name for name in params if name not in values]
+        if missing and not allow_missing:
+            raise ValueError(f"{filename!r} has no value for parameter(s) {missing[:4]}: pass "
+                             "allow_missing=True to keep their current values, or check the file")
+        if extra and not ignore_extra:
+            raise ValueError(f"{filename!r} holds {extra[:4]}, which this network does not have: "
+                             "pass ignore_extra=True to skip them, or check the file")
+        params.load_dict(values, ctx=ctx, allow_missing=True, cast_dtype=True)
+        for name, value in values.items():
+            for master in master_copies(params[name]):
+                master[:] = numpy_interface.legacy(value).astype("float32").as_in_context(
+                    master.context)
+
+    def _values_by_name(self, loaded):
+        """``({parameter name: value}, [unknown keys])`` for a loaded parameter file."""
+        by_key = self._load_keys()
+        by_name = dict(self.collect_params().items())
+        values, extra = {}, []
+        for key, value in (loaded.items() if isinstance(loaded, dict) else []):
+            name = key[4:] if key.startswith(("arg:", "aux:")) else key
+            # Names without the block's prefix too, as gluon's load_parameters restores it
+            # (GluonNLP's AWD-LSTM saves its averaged weights so).
+            param = by_key.get(name) or by_name.get(name) or by_name.get(self.prefix + name)
+            if param is None:
+                extra.append(key)
+            else:
+                values[param.name] = value
+        return values, extra
+
+
+class CastBlock(CastCheckpoints, gluon.SymbolBlock):
     """The network :func:`cast_block` returns: a ``SymbolBlock`` that behaves like its original.
 
     * Calls in training mode (inside ``autograd.record()`` or ``autograd.train_mode()``) run the
@@ -253,83 +351,3 @@ class CastBlock(gluon.SymbolBlock):
         """
         return deploy.export_network(self, path, dtype=dtype, epoch=epoch, emulate=emulate,
                                      recast=self.recast)
-
-    def save_parameters(self, filename, deduplicate=False, dtype="float32"):
-        """Save the parameters under the original block's names, in float32 by default.
-
-        Parameters
-        ----------
-        filename : str
-        deduplicate : bool
-            Save a parameter shared by several layers once, as in Gluon.
-        dtype : {'float32', 'float16'}
-            ``'float32'``: the optimizer's float32 master weights where it holds them (the Trainer
-            the parameters were given to), else the float16 values widened; ``get_model(name)
-            .load_parameters(filename)`` loads the file with no option.  ``'float16'``: the values
-            as the network holds them (float16 weights, float32 normalization), half the size; a
-            float32 network loads it with ``load_parameters(filename, cast_dtype=True)``.
-
-        Raises
-        ------
-        ValueError
-            For another ``dtype``.
-        """
-        if dtype not in SAVE_DTYPES:
-            raise ValueError(f"dtype={dtype!r}: choose one of {', '.join(SAVE_DTYPES)} ('float32' "
-                             "for a checkpoint any float32 network loads)")
-        saved, seen = {}, set()
-        for key, param in self.param_keys.items():
-            if not (deduplicate and id(param) in seen):
-                seen.add(id(param))
-                saved[key] = deploy.float32_value(param) if dtype == "float32" else \
-                    numpy_interface.legacy(param.list_data()[0]).copyto(mx.cpu())
-        numpy_interface.save_arrays(filename, saved)  # as Gluon writes in this front end
-
-    def load_parameters(self, filename, ctx=None, allow_missing=False, ignore_extra=False,
-                        cast_dtype=False, dtype_source="current"):
-        """Load a float32 or float16 parameter file, converting each value to this network's dtype.
-
-        The names may be the original block's (``save_parameters`` of this network, of the float32
-        network, GluonCV's and MXNet's model-zoo files) or the parameters' own (``arg:``/``aux:``
-        prefixes allowed).  Loaded float32 values also become the optimizer's master weights.
-        ``cast_dtype`` is accepted for Gluon's signature: values are always converted.
-
-        Raises
-        ------
-        ValueError
-            For a parameter the file lacks (unless ``allow_missing``), a name it has that this
-            network does not (unless ``ignore_extra``), or ``dtype_source='saved'``.
-        """
-        if dtype_source != "current":
-            raise ValueError(f"dtype_source={dtype_source!r}: a cast network keeps its own dtypes; "
-                             "leave dtype_source='current'")
-        values, extra = self._values_by_name(numpy_interface.load_arrays(filename))
-        missing = [name for name in self.collect_params() if name not in values]
-        if missing and not allow_missing:
-            raise ValueError(f"{filename!r} has no value for parameter(s) {missing[:4]}: pass "
-                             "allow_missing=True to keep their current values, or check the file")
-        if extra and not ignore_extra:
-            raise ValueError(f"{filename!r} holds {extra[:4]}, which this network does not have: "
-                             "pass ignore_extra=True to skip them, or check the file")
-        params = self.collect_params()
-        params.load_dict(values, ctx=ctx, allow_missing=True, cast_dtype=True)
-        for name, value in values.items():
-            for master in master_copies(params[name]):
-                master[:] = numpy_interface.legacy(value).astype("float32").as_in_context(
-                    master.context)
-
-    def _values_by_name(self, loaded):
-        """``({parameter name: value}, [unknown keys])`` for a loaded parameter file."""
-        by_name = dict(self.collect_params().items())
-        values, extra = {}, []
-        for key, value in (loaded.items() if isinstance(loaded, dict) else []):
-            name = key[4:] if key.startswith(("arg:", "aux:")) else key
-            # Names without the block's prefix too, as gluon's load_parameters restores it
-            # (GluonNLP's AWD-LSTM saves its averaged weights so).
-            param = self.param_keys.get(name) or by_name.get(name) or \
-                by_name.get(self.prefix + name)
-            if param is None:
-                extra.append(key)
-            else:
-                values[param.name] = value
-        return values, extra
