@@ -39,19 +39,22 @@ DTYPES = ("float32", "float16", "bfloat16")
 CAST_OPS = ("amp_cast", "amp_multicast", "Cast")
 
 
-@dataclasses.dataclass
-class Config:
-    parts: tuple = PARTS
-    seeds: int = 3
-    epochs: int = 8
-    lm_chars: int = 60000
-    lm_epochs: int = 3
-    rounds: int = 5
-    steps: int = 10
-    batch_size: int = 64
-    speed_batch_size: int = 16
-    out_dir: str = ""
-    quick: bool = False
+#: The numeric flags: (field, default, --quick's value, help). The parser, the config and the
+#: quick mode read their defaults from this one table.
+SETTINGS = (
+    ("seeds", 3, 1, "seeds per dtype for fidelity"),
+    ("epochs", 8, 1, "ResNet epochs on the digits"),
+    ("lm_chars", 60000, 8000, "characters of the LM corpus"),
+    ("lm_epochs", 3, 1, "LM epochs"),
+    ("rounds", 5, 1, "interleaved timing rounds"),
+    ("steps", 10, 2, "steps per timing"),
+    ("batch_size", 64, 32, "batch size of the digits"),
+    ("speed_batch_size", 16, 4, "batch size of the speed part"),
+)
+
+Config = dataclasses.make_dataclass(
+    "Config", [("parts", tuple, PARTS)] + [(name, int, default) for name, default, _, _ in SETTINGS]
+    + [("out_dir", str, ""), ("quick", bool, False)])
 
 
 class Residual(nn.HybridBlock):
@@ -298,17 +301,11 @@ def casts(config):
 
 def get_args_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add = parser.add_argument
-    add("--parts", default=",".join(PARTS), help=f"which parts (default: {','.join(PARTS)})")
-    add("--seeds", type=int, default=3, help="seeds per dtype for fidelity (default: 3)")
-    add("--epochs", type=int, default=8, help="ResNet epochs on the digits (default: 8)")
-    add("--lm-chars", type=int, default=60000, help="characters of the LM corpus (default: 60000)")
-    add("--lm-epochs", type=int, default=3, help="LM epochs (default: 3)")
-    add("--rounds", type=int, default=5, help="interleaved timing rounds (default: 5)")
-    add("--steps", type=int, default=10, help="steps per timing (default: 10)")
-    add("--batch-size", type=int, default=64, help="batch size of the digits (default: 64)")
-    add("--speed-batch-size", type=int, default=16,
-        help="batch size of the speed part (default: 16)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"which parts (default: {','.join(PARTS)})")
+    for name, default, _, text in SETTINGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=default,
+                            help=f"{text} (default: {default})")
     add_output_arguments(parser, "the .md and .json", "one seed, one epoch, small corpus, "
                          "one round")
     return parser
@@ -316,10 +313,9 @@ def get_args_parser():
 
 def make_config(args):
     parts = parse_choices(args.parts, PARTS, "--parts", "part")
-    if args.quick:
-        return Config(parts, 1, 1, 8000, 1, 1, 2, 32, 4, args.out_dir, True)
-    return Config(parts, args.seeds, args.epochs, args.lm_chars, args.lm_epochs, args.rounds,
-                  args.steps, args.batch_size, args.speed_batch_size, args.out_dir)
+    values = {name: quick if args.quick else getattr(args, name)
+              for name, _, quick, _ in SETTINGS}
+    return Config(parts=parts, out_dir=args.out_dir, quick=args.quick, **values)
 
 
 def main(argv=None):
