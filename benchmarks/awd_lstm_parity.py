@@ -59,6 +59,20 @@ VAL_BATCH_SIZE = 10
 TRAIN_FRACTION = 0.9
 
 
+#: The whole-number flags: (field, default, --quick's value or None to keep the flag's, help); the
+#: parser, the checks and the quick mode read this one table.
+SIZES = (
+    ("seeds", 3, 1, "seeds per mode, 0 to N-1"),
+    ("epochs", 2, 1, "training epochs"),
+    ("emsize", 64, 16, "word embedding size"),
+    ("nhid", 128, 16, "hidden units per layer"),
+    ("nlayers", 2, None, "LSTM layers"),
+    ("bptt", 35, 10, "sequence length"),
+    ("batch_size", 20, 4, "sequences per batch"),
+    ("min_count", 3, None, "words seen fewer times in training become <unk>"),
+)
+
+
 @dataclass(frozen=True)
 class Config:
     modes: tuple
@@ -235,18 +249,12 @@ def get_args_parser():
     add("--modes", default="float32,float16,bfloat16,float16-bypass",
         help=f"comma-separated modes among {', '.join(MODES)} "
              "(default: float32,float16,bfloat16,float16-bypass)")
-    add("--seeds", type=int, default=3, help="seeds per mode, 0 to N-1 (default: 3)")
-    add("--epochs", type=int, default=2, help="training epochs (default: 2)")
-    add("--emsize", type=int, default=64, help="word embedding size (default: 64)")
-    add("--nhid", type=int, default=128, help="hidden units per layer (default: 128)")
-    add("--nlayers", type=int, default=2, help="LSTM layers (default: 2)")
-    add("--bptt", type=int, default=35, help="sequence length (default: 35)")
-    add("--batch-size", type=int, default=20, help="(default: 20)")
+    for name, default, _, text in SIZES:
+        add("--" + name.replace("_", "-"), type=int, default=default,
+            help=f"{text} (default: {default})")
     add("--optimizer", default="sgd", choices=sorted(OPTIMIZER_PARAMS),
         help="with the script's settings for each (default: sgd)")
     add("--lr", type=float, default=30.0, help="initial learning rate (default: 30)")
-    add("--min-count", type=int, default=3,
-        help="words seen fewer times in training become <unk> (default: 3)")
     add("--num-chars", type=int, default=0,
         help="characters of the docstring corpus, 0 for all of it (default: 0)")
     return add_output_arguments(parser, "the .md and .json",
@@ -255,8 +263,7 @@ def get_args_parser():
 
 
 def make_config(args):
-    require_positive(args, ("seeds", "epochs", "emsize", "nhid", "nlayers", "bptt", "batch_size",
-                            "min_count"))
+    require_positive(args, [name for name, _, _, _ in SIZES])
     if not args.lr > 0:
         raise ValueError(f"--lr {args.lr}: pass a learning rate > 0, for example 30 (sgd)")
     modes = tuple(item.strip() for item in args.modes.split(",") if item.strip())
@@ -266,9 +273,8 @@ def make_config(args):
                          "for example float32,float16")
     values = dict(vars(args), modes=modes, num_chars=args.num_chars or 10 ** 9)
     if args.quick:
-        values.update(modes=("float32", "float16", "float16-bypass"), seeds=1, epochs=1,
-                      num_chars=20000,
-                      emsize=16, nhid=16, bptt=10, batch_size=4)
+        values.update({name: quick for name, _, quick, _ in SIZES if quick is not None},
+                      modes=("float32", "float16", "float16-bypass"), num_chars=20000)
     return config_from(Config, values)
 
 
