@@ -2,6 +2,7 @@
 loader for the scripts' ``main`` functions.  Everything is generated inside the test session."""
 import importlib.util
 import os
+import sys
 
 import cv2
 import mxnet as mx
@@ -21,6 +22,7 @@ IMAGE_HEIGHT, IMAGE_WIDTH = 40, 48
 
 SCRIPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
 BENCHMARKS_DIR = os.path.join(os.path.dirname(SCRIPTS_DIR), "benchmarks")
+EXAMPLES_DIR = os.path.join(os.path.dirname(SCRIPTS_DIR), "examples")
 
 
 def write_image_folder(root, images_per_class=IMAGES_PER_CLASS, seed=0):
@@ -140,3 +142,14 @@ def pytest_report_header(config):
         return "horovod: installed for MXNet; tests/test_horovod.py runs its horovodrun jobs"
     return (f"horovod: {reason}; tests/test_horovod.py skips its horovodrun jobs "
             "(pip install -e \".[horovod]\" as docs/guide.md says)")
+
+
+def load_example(name):
+    """The example ``examples/<name>.py`` as a module (its directory on sys.path for ``common``)."""
+    if EXAMPLES_DIR not in sys.path:
+        sys.path.insert(0, EXAMPLES_DIR)
+    spec = importlib.util.spec_from_file_location(f"example_{name}",
+                                                  os.path.join(EXAMPLES_DIR, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,7 +4,6 @@ The examples run in this process (their ``main(argv)``), as the scripts' tests d
 once keeps the whole file within seconds.  One test runs a script file as a user would.
 """
 import ast
-import importlib.util
 import math
 import os
 import re
@@ -14,22 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+from conftest import EXAMPLES_DIR, load_example
+
 EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
             "module_image_classification", "bert_classifier", "preemptible_loop", "ssd_detection",
             "numpy_interface")
 IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
-
-
-def load_example(name):
-    """The example ``examples/<name>.py`` as a module (its directory on sys.path for ``common``)."""
-    if EXAMPLES_DIR not in sys.path:
-        sys.path.insert(0, EXAMPLES_DIR)
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  os.path.join(EXAMPLES_DIR, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_example(name, argv, capsys):
