@@ -56,13 +56,19 @@ def rec_files(image_folder, tmp_path_factory):
     return prepare_dataset(str(image_folder), str(out_dir), train_ratio=0.75, seed=0)
 
 
-def load_script_main(name):
-    """The ``main`` function of ``scripts/<name>.py`` (scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(f"scripts_{name}",
-                                                  os.path.join(SCRIPTS_DIR, f"{name}.py"))
+def load_module(folder, name, prefix):
+    """``<folder>/<name>.py`` as a module named ``<prefix>_<name>`` (the scripts, benchmarks and
+    examples are not packages)."""
+    spec = importlib.util.spec_from_file_location(f"{prefix}_{name}",
+                                                  os.path.join(folder, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main
+    return module
+
+
+def load_script_main(name):
+    """The ``main`` function of ``scripts/<name>.py``."""
+    return load_module(SCRIPTS_DIR, name, "scripts").main
 
 
 @pytest.fixture
@@ -77,13 +83,7 @@ def load_benchmark(monkeypatch):
     ``bench_common`` importable, as when the script runs)."""
     monkeypatch.syspath_prepend(BENCHMARKS_DIR)
 
-    def load(name):
-        spec = importlib.util.spec_from_file_location(
-            f"benchmarks_{name}", os.path.join(BENCHMARKS_DIR, f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    return load
+    return lambda name: load_module(BENCHMARKS_DIR, name, "benchmarks")
 
 
 def slow_except(values, fast):
@@ -148,8 +148,4 @@ def load_example(name):
     """The example ``examples/<name>.py`` as a module (its directory on sys.path for ``common``)."""
     if EXAMPLES_DIR not in sys.path:
         sys.path.insert(0, EXAMPLES_DIR)
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  os.path.join(EXAMPLES_DIR, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLES_DIR, name, "example")
