@@ -15,8 +15,9 @@ import threading
 import mxnet as mx
 import pytest
 
-from conftest import SCRIPTS_DIR, load_script_main
+from conftest import SCRIPTS_DIR, load_module, load_script_main
 from mxfp16.train import logs
+from mxfp16.train.cli.config import Cifar10Config, FineTuneConfig, TrainConfig
 from mxfp16.train.state import checkpoint
 from mxfp16.train.gluon_api import GluonAPI
 
@@ -109,13 +110,17 @@ def test_interrupted_and_resumed_run_ends_bit_identical(train_imagenet, image_fo
     if save_steps:
         args += ["--save-steps", str(save_steps)]
     full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
+    # The first case runs one command twice: --resume auto starts, then continues.
+    resume = "auto" if (signal_name, api, devices, source, save_steps) == CASES[0] else part
     # the interrupted run starts first: the uninterrupted one trains here while it imports MXNet
-    interrupted = start_until(args + ["--model-prefix", part], "Epoch[1] Batch[5]",
-                              getattr(signal, signal_name), tmp_path)
+    interrupted = start_until(args + ["--model-prefix", part] + ["--resume", "auto"] * (
+        resume == "auto"), "Epoch[1] Batch[5]", getattr(signal, signal_name), tmp_path)
     assert train_imagenet(args + ["--model-prefix", full]) == 0
     code, output = interrupted()
     expected_code = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[signal_name]
     assert code == expected_code, output
+    if resume == "auto":
+        assert f"--resume auto: no checkpoint under {part} yet, training from the start" in output
     positions = checkpoint.saved_positions(part)
     epoch, batch = positions[-1]
     if signal_name == "SIGKILL":  # the newest --save-steps checkpoint, no line
@@ -128,13 +133,13 @@ def test_interrupted_and_resumed_run_ends_bit_identical(train_imagenet, image_fo
         assert len(stopped) == 1
         assert f"stopped by {signal_name} after batch {batch} of epoch 1: saved checkpoint " \
                f"{part}-0001+{batch:06d}; resume with: " in stopped[0]
-        assert stopped[0].endswith(f"--model-prefix {part} --resume {part}; exit code "
+        assert stopped[0].endswith(f"--model-prefix {part} --resume {resume}; exit code "
                                    f"{expected_code}")
     assert [b for _, b in positions if b] == [batch]  # only the newest mid-epoch one is kept
     with open(checkpoint.checkpoint_paths(part, epoch, batch).meta) as meta:
         assert json.load(meta)["progress"]["batches"] == batch
 
-    assert train_imagenet(args + ["--model-prefix", part, "--resume", part]) == 0
+    assert train_imagenet(args + ["--model-prefix", part, "--resume", resume]) == 0
     assert_identical(final_weights(full), final_weights(part))
     with open(checkpoint.checkpoint_paths(full, 2).meta) as a, \
             open(checkpoint.checkpoint_paths(part, 2).meta) as b:
@@ -399,3 +404,57 @@ def test_sigterm_to_a_horovod_job_stops_both_ranks_at_one_step_then_it_resumes(t
                              timeout=JOB_TIMEOUT + 30)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert checkpoint.saved_positions(prefix) == [(1, 0), (2, 0)]
+
+
+#: Each script's smallest command line that checks (fine_tune.py's network is read at the start of
+#: training, not when the flags are checked).
+SCRIPT_CONFIGS = {"train_imagenet": (TrainConfig, []), "train_cifar10": (Cifar10Config, []),
+                  "fine_tune": (FineTuneConfig, ["--pretrained-model", "base", "--load-epoch", "1"])}
+
+
+def checked_config(name, argv):
+    config_type, required = SCRIPT_CONFIGS[name]
+    parser = load_module(SCRIPTS_DIR, name, "scripts").get_args_parser()
+    return config_type(**vars(parser.parse_args(required + argv))).checked()
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_CONFIGS))
+def test_resume_auto_starts_a_first_run_and_continues_the_newest_checkpoint_in_every_script(
+        name, tmp_path):
+    prefix = str(tmp_path / "r")
+    config = checked_config(name, ["--model-prefix", prefix, "--resume", "auto"])
+    assert config.resume is None
+    assert f"--resume auto: no checkpoint under {prefix} yet, training from the start" in \
+        config.notes
+    open(checkpoint.checkpoint_paths(prefix, 0, 7).meta, "w").close()  # stopped after batch 7
+    config = checked_config(name, ["--model-prefix", prefix, "--resume", "auto"])
+    assert config.resume == prefix  # load_checkpoint takes the newest intact one
+    assert f"--resume auto: continuing the newest intact checkpoint under {prefix}" in config.notes
+
+
+@pytest.mark.parametrize("flags, message", [
+    ([], "--resume auto continues the newest checkpoint of --model-prefix: pass --model-prefix "
+         "PREFIX (e.g. runs/r50), or leave --resume out"),
+    (["--model-prefix", "runs/r", "--load-epoch", "3"],
+     "--resume auto and --load-epoch 3 both choose the checkpoint to start from: pass one of them"),
+])
+def test_resume_auto_without_a_prefix_or_with_another_choice_is_one_error_line(
+        train_imagenet, capsys, flags, message):
+    assert train_imagenet(SOURCES["synthetic"] + flags + ["--resume", "auto"]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.slow
+def test_resume_auto_refuses_to_start_afresh_over_checkpoints_none_of_which_is_intact(
+        train_imagenet, tmp_path, capsys):
+    prefix = str(tmp_path / "r")
+    argv = QUICK + ["--max-batches", "2", "--num-epochs", "1", "--model-prefix", prefix]
+    assert train_imagenet(argv) == 0
+    with open(checkpoint.checkpoint_paths(prefix, 1).params, "r+b") as damaged:
+        damaged.truncate(100)
+    capsys.readouterr()
+    assert train_imagenet(with_flag(argv, "--num-epochs", "2") + ["--resume", "auto"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: checkpoint file '{prefix}-0001.params' "
+                                               "has 100 bytes"), err
+    assert checkpoint.saved_positions(prefix) == [(1, 0)]  # nothing written over it

@@ -96,6 +96,21 @@ def test_a_state_cut_short_is_passed_over_and_old_states_are_rotated(tmp_path):
         mxfp16.load_training_state(prefix + "-00000003", *make_loop())
 
 
+def test_latest_state_is_none_before_the_first_save_and_an_error_when_none_is_intact(tmp_path):
+    prefix = str(tmp_path / "state")
+    assert mxfp16.latest_training_state(prefix) is None  # a first run starts at step 0
+    net, trainer = make_loop()
+    for step in (1, 2):
+        mxfp16.save_training_state(prefix, step, net, trainer)
+    for step in (1, 2):
+        with open(f"{prefix}-0000000{step}.net0.params", "r+b") as cut:
+            cut.truncate(10)
+    with pytest.raises(ValueError, match=r"none of the 2 training state\(s\) under '.*state' is "
+                                         r"intact \(the oldest: .*00000001.net0.params has 10 "
+                                         r"bytes, .*\): starting afresh would save over them"):
+        mxfp16.latest_training_state(prefix)
+
+
 def test_bad_loads_name_the_file_and_the_fix(tmp_path):
     net, trainer = make_loop()
     name = mxfp16.save_training_state(str(tmp_path / "s"), 1, net, trainer)

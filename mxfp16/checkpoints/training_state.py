@@ -199,16 +199,36 @@ def _problem(name):
 
 
 def latest_training_state(prefix):
-    """The newest complete state under ``prefix`` (``PREFIX-SSSSSSSS``), or None if there is none.
+    """The newest complete state under ``prefix`` (``PREFIX-SSSSSSSS``), or None if there is none:
+    the rule of the scripts' ``--resume auto``, so that one command starts a loop and continues it.
 
     A state whose files are missing, of another size or of other bytes than its JSON file records
     (a write cut short, a damaged disk) is passed over, with one warning naming the file.
+
+    Raises
+    ------
+    ValueError
+        When states were saved under ``prefix`` but none is intact: starting afresh would save
+        over them.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'state')
+    >>> latest_training_state(prefix) is None   # a first run: start at step 0
+    True
     """
-    for name in reversed(_saved_names(prefix)):
+    names = _saved_names(prefix)
+    problem = None
+    for name in reversed(names):
         problem = _problem(name)
         if problem is None:
             return name
         log.warning("training state %s is passed over: %s", name, problem)
+    if names:
+        raise ValueError(f"none of the {len(names)} training state(s) under {prefix!r} is intact "
+                         f"(the oldest: {problem}): starting afresh would save over them; move "
+                         "them away (or pass another prefix) to start afresh")
     return None
 
 

@@ -16,6 +16,8 @@ import time
 import mxnet as mx
 import numpy as np
 
+from .state.resume import AUTO
+
 log = logging.getLogger("mxfp16.train")
 
 
@@ -120,25 +122,30 @@ class TrainingStopped(Exception):
 
 def resume_command(argv, prefix, executable=None):
     """The command that resumes a run started with ``argv`` from the checkpoints under ``prefix``:
-    the same command with ``--resume PREFIX`` (replacing a ``--resume`` it had).
+    the same command with ``--resume PREFIX`` (replacing a ``--resume`` it had), or the same
+    command unchanged when it has ``--resume auto``.
 
     Examples
     --------
     >>> resume_command(['scripts/train_imagenet.py', '--dtype', 'float16', '--resume', 'r-0001'],
     ...                'runs/r', executable='python')
     'python scripts/train_imagenet.py --dtype float16 --resume runs/r'
+    >>> resume_command(['scripts/train_imagenet.py', '--resume=auto'], 'runs/r', executable='python')
+    'python scripts/train_imagenet.py --resume=auto'
     """
-    kept, skip_next = [], False
-    for arg in argv:
+    kept, skip_next, auto = [], False, False
+    for arg, after in zip(argv, [*argv[1:], None]):
         if skip_next:
             skip_next = False
         elif arg == "--resume":
-            skip_next = True
-        elif not arg.startswith("--resume="):
+            skip_next, auto = True, after == AUTO
+        elif arg.startswith("--resume="):
+            auto = arg == f"--resume={AUTO}"
+        else:
             kept.append(arg)
     executable = executable or ("python" if sys.executable.endswith(("python", "python3"))
                                 else sys.executable)
-    return shlex.join([executable, *kept, "--resume", prefix])
+    return shlex.join([executable, *argv] if auto else [executable, *kept, "--resume", prefix])
 
 
 def stopped_line(stopped, command):

@@ -16,6 +16,7 @@ import mxnet as mx
 
 from ...models import resolve_network_name
 from ..data.augmentation import AUGMENTATION_FLAGS, IMAGENET_RECIPE, with_overrides
+from ..state.resume import AUTO, auto_resume
 from .gluoncv_states import read_states
 from .nvidia_compat import resolve_nvidia_flags
 from ..schedule import POLY_POWER
@@ -123,6 +124,10 @@ def _checkpoints(config, network, fine_tuning):
     if config.resume_states and not config.resume_params:
         raise ValueError(f"--resume-states {config.resume_states} is the optimizer state of "
                          "--resume-params: pass the parameter file saved with it too")
+    if config.resume == AUTO:
+        _check_auto_alone(config, fine_tuning)
+        settings["resume"], note = auto_resume(prefix)
+        notes.append(note)
     if config.resume_params:
         stem = config.resume_params[:-len(".params")] \
             if config.resume_params.endswith(".params") else config.resume_params
@@ -150,6 +155,16 @@ def _checkpoints(config, network, fine_tuning):
                          f"of MXNet's checkpoint {stem}, training continues at epoch "
                          f"{config.load_epoch} with a fresh optimizer state (as MXNet's fit does)")
     return settings, notes
+
+
+def _check_auto_alone(config, fine_tuning):
+    """``--resume auto`` picks the checkpoint itself: another flag that names one is a conflict."""
+    named = [f"--resume-params {config.resume_params}"] if config.resume_params else []
+    if config.load_epoch is not None and not fine_tuning:
+        named.append(f"--load-epoch {config.load_epoch}")
+    if named:
+        raise ValueError(f"--resume auto and {named[0]} both choose the checkpoint to start from: "
+                         "pass one of them")
 
 
 def mxnet_checkpoint_start(config):

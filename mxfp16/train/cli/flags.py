@@ -157,7 +157,8 @@ def _add_run_arguments(parser, d):
     group.add_argument("--model-prefix", default=d.model_prefix,
                        help="checkpoint prefix, e.g. runs/r50 (default: no checkpoints)")
     group.add_argument("--resume", default=d.resume, help="checkpoint to continue: PREFIX-NNNN, "
-                       "PREFIX-NNNN+BBBBBB (mid-epoch), or PREFIX for its newest complete one "
+                       "PREFIX-NNNN+BBBBBB (mid-epoch), PREFIX for its newest complete one, or "
+                       "auto: --model-prefix's newest complete one if it has one, else start "
                        "(default: none)")
     group.add_argument("--save-period", "--save-frequency", type=int, default=d.save_period,
                        help=f"save a checkpoint every N epochs (default: {d.save_period})")

@@ -4,7 +4,7 @@ import dataclasses
 import logging
 
 from ...checkpoints.optimizer_states import PICKLE_RISK
-from .checkpoint import CheckpointError, load_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint, saved_positions
 
 log = logging.getLogger("mxfp16.train")
 
@@ -30,6 +30,42 @@ class StartPoint:
 #: depend on it follow the new value from the resumed batch on.)
 MID_EPOCH_SETTINGS = ("batch_size", "data_dir", "data_train", "synthetic", "num_examples",
                       "max_batches", "val_fraction", "seed")
+
+
+#: The ``--resume`` value that continues ``--model-prefix``'s newest intact checkpoint if it has
+#: one, else trains from the start: one command for a job's first run and every rerun.
+AUTO = "auto"
+
+
+def auto_resume(prefix):
+    """What ``--resume auto`` means for the ``--model-prefix`` ``prefix``: ``(spec, note)``.
+
+    ``spec`` is ``prefix`` once a checkpoint is saved under it (a JSON file: :func:`load_checkpoint`
+    then takes the newest intact one, passing over damaged ones with a warning, and fails when
+    none is intact, rather than train from the start over them), else None (no checkpoint: train
+    from the start).  ``note`` is the log line that says which.
+
+    Raises
+    ------
+    ValueError
+        Without ``prefix``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'run')
+    >>> auto_resume(prefix)[0] is None
+    True
+    >>> open(prefix + '-0001+000020.json', 'w').close()  # a run stopped after 20 batches
+    >>> auto_resume(prefix)[0] == prefix
+    True
+    """
+    if not prefix:
+        raise ValueError("--resume auto continues the newest checkpoint of --model-prefix: pass "
+                         "--model-prefix PREFIX (e.g. runs/r50), or leave --resume out")
+    if not saved_positions(prefix):
+        return None, f"--resume auto: no checkpoint under {prefix} yet, training from the start"
+    return prefix, f"--resume auto: continuing the newest intact checkpoint under {prefix}"
 
 
 def _examples(names):
