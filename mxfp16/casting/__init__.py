@@ -9,6 +9,8 @@ One concept, one subpackage:
 - :mod:`.amp_graph`: MXNet's AMP pass (``mode='amp'``, bfloat16) after mxfp16's rules;
 - :mod:`.graph`: the JSON rewrite of an MXNet graph that casting and emulation share;
 - :mod:`.block`: ``CastBlock``, what ``cast_block`` returns;
+- :mod:`.selectors`: a network's block paths, the block each traced op belongs to, and
+  ``keep_float32``'s selectors resolved to blocks;
 - :mod:`.signature`: how a Gluon block is called (inputs, nesting, messages);
 - :mod:`.emulation` and :mod:`.fastround`: float16 with GPU numerics on a CPU;
 - :mod:`.params`: ``cast_params``, float32 checkpoint values in a cast graph's dtypes;
