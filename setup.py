@@ -32,11 +32,11 @@ setup(
         # Its setup.py compiles against the installed mxnet (headers, libmxnet.so), so install
         # MXNet first, `pip install wheel`, and pass --no-build-isolation (an isolated build
         # environment hides the installed mxnet); HOROVOD_WITH_MXNET=1 makes a missing MXNet a
-        # build error instead of a Horovod without MXNet support.  See docs/guide.md, Horovod.
+        # build error instead of a Horovod without MXNet support.  See docs/distributed.md, Horovod.
         "horovod": ["horovod==0.28.1"],
         # ONNX export (scripts/export.py --onnx): MXNet 1.9.1's exporter imports onnx.mapping, which
         # onnx 1.19 removed. onnxruntime is not here: its wheels need numpy>=1.24, which MXNet 1.9.1
-        # cannot import; run it from a venv of its own (docs/guide.md, Deploying a trained model).
+        # cannot import; run it from a venv of its own (docs/deployment.md).
         "onnx": ["onnx<1.19"],
         # The linters are pinned: tests/test_lint.py runs them, and a new rule must not fail CI.
         # GluonNLP is in: the sequence-model tests cast and train its models; onnx for the ONNX

@@ -28,7 +28,7 @@ def generator(ngf, latent_size):
     """Latent (N, nz) -> 4x4 -> 8x8 images in [-1, 1], by transposed convolutions (DCGAN).
 
     They train on a CPU in float16 and bfloat16 with oneDNN on: mxfp16 runs each cast
-    ``Conv2DTranspose`` as the equivalent ``Convolution`` (see the guide, transposed
+    ``Conv2DTranspose`` as the equivalent ``Convolution`` (see docs/sequence_models.md, transposed
     convolutions); ``in_channels`` makes the weights' shapes known when the network is cast, which
     the faster of its two forms needs.  The image comes out of a 3x3 ``Conv2D``: MXNet 1.9.1's oneDNN
     ``Deconvolution`` with one output channel and 16 or more input channels fails in float32 too

@@ -103,7 +103,7 @@ def main(argv=None):
         raise UsageError(f"--network {args.network}: {error}") from None
     net.initialize(mx.init.Xavier(magnitude=2), ctx=ctx)
     net = mxfp16.cast_block(net, args.dtype)  # BatchNorm stays float32, outputs are float32
-    # static_shape on several devices races in MXNet 1.9.1 (BatchNorm statistics; see the guide)
+    # static_shape on several devices races in MXNet 1.9.1 (BatchNorm statistics; docs/performance.md)
     net.hybridize(static_alloc=True, static_shape=len(ctx) == 1)
     trainer = mxfp16.Trainer(net.collect_params(), "sgd",
                              {"learning_rate": args.lr, "momentum": 0.9, "wd": args.wd},

@@ -141,7 +141,7 @@ def pytest_report_header(config):
     if reason is None:
         return "horovod: installed for MXNet; tests/test_horovod.py runs its horovodrun jobs"
     return (f"horovod: {reason}; tests/test_horovod.py skips its horovodrun jobs "
-            "(pip install -e \".[horovod]\" as docs/guide.md says)")
+            "(pip install -e \".[horovod]\" as docs/distributed.md says)")
 
 
 def load_example(name):

@@ -51,11 +51,15 @@ ENDS_ARGS = {"&&", "||", "|", ";", "--"}
 
 
 def doc_pages():
-    """Every page whose blocks are tested: README.md, CONTRIBUTING.md and docs/*.md."""
-    pages = ["README.md", "CONTRIBUTING.md"]
-    pages += sorted(os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs"))
-                    if name.endswith(".md"))
-    return pages
+    """Every page whose blocks are tested, in reading order: README.md, CONTRIBUTING.md, the guide
+    (docs/guide.md, then the pages it links, in its order), then the other docs/*.md.  Blocks run
+    in this order, so an ``after: ID`` block may continue a block of an earlier page."""
+    docs = sorted(name for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md"))
+    guide = open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8").read()
+    linked = re.findall(r"\]\(([\w-]+\.md)\)", guide)
+    order = ["guide.md"] + [name for name in dict.fromkeys(linked) if name in docs]
+    order += [name for name in docs if name not in order]
+    return ["README.md", "CONTRIBUTING.md"] + [os.path.join("docs", name) for name in order]
 
 
 @dataclass

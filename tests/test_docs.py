@@ -113,10 +113,14 @@ def test_every_block_is_marked():
     names = [block.options["id"] for block in BLOCKS if "id" in block.options]
     problems += [f"id {name!r} is given to more than one block" for name in set(names)
                  if names.count(name) > 1]
-    for block in BLOCKS:
+    for at, block in enumerate(BLOCKS):
         if block.kind == "after" and (block.argument not in BY_NAME
                                       or not BY_NAME[block.argument].runs):
             problems.append(f"{block.where}: after: {block.argument}: no running block has that id")
+        elif block.kind == "after" and BLOCKS.index(BY_NAME[block.argument]) > at:
+            problems.append(f"{block.where}: after: {block.argument}: that block comes later in "
+                            "the reading order (docs_blocks.doc_pages): move it or link its page "
+                            "earlier in docs/guide.md")
         if block.kind == "output" and block.argument and block.argument not in BY_NAME:
             problems.append(f"{block.where}: output: {block.argument}: no block has that id")
         problems += [f"{block.where}: given: {name!r} is not one of GIVEN ({', '.join(GIVEN)})"

@@ -158,9 +158,9 @@ def test_ssd_detection_names_a_bad_data_shape():
         load_example("ssd_detection").main(["--data-shape", "100"])
 
 
-def test_the_guide_links_every_example_and_every_link_exists():
-    guide = open(os.path.join(os.path.dirname(EXAMPLES_DIR), "docs", "guide.md")).read()
-    linked = set(re.findall(r"\(\.\./examples/([a-z_]+)\.py\)", guide))
+def test_the_examples_page_links_every_example_and_every_link_exists():
+    page = open(os.path.join(os.path.dirname(EXAMPLES_DIR), "docs", "examples.md")).read()
+    linked = set(re.findall(r"\(\.\./examples/([a-z_]+)\.py\)", page))
     scripts = {name[:-3] for name in os.listdir(EXAMPLES_DIR) if name.endswith(".py")}
     assert linked == set(EXAMPLES) and linked <= scripts
 

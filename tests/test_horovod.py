@@ -25,7 +25,7 @@ import horovod_worker
 
 HOROVOD_REASON = horovod_missing()
 if HOROVOD_REASON:
-    HOROVOD_REASON += ": pip install -e \".[horovod]\" as docs/guide.md says"
+    HOROVOD_REASON += ": pip install -e \".[horovod]\" as docs/distributed.md says"
 
 
 def needs_horovod(test):

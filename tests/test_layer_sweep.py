@@ -139,7 +139,7 @@ EXCEPTIONS = {
     "Lambda": "a plain Block running Python per call, with nothing to cast: use HybridLambda",
     "SequentialRNNCell": "a plain (non-hybrid) container of cells: use HybridSequentialRNNCell",
     "SparseEmbedding": "a plain Block calling the sparse embedding op imperatively: use "
-                       "nn.Embedding(sparse_grad=True) (see the guide, sparse Embedding)",
+                       "nn.Embedding(sparse_grad=True) (see docs/sequence_models.md, sparse Embedding)",
 }
 
 

@@ -721,7 +721,7 @@ def test_a_network_cast_again_each_epoch_does_not_keep_the_old_ones_memory():
     SSD).  Here the old code grew 31 MB a cast (324 -> 536 MB over 7 casts); now it stays flat.
 
     Measured in a fresh process with glibc's mmap threshold fixed: in the test run's own process
-    the heap, fragmented by earlier tests, grew about 9 MB a cast without any leak (see the guide's
+    the heap, fragmented by earlier tests, grew about 9 MB a cast without any leak (see docs/emulation.md,
     "Memory over a long run")."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     done = subprocess.run([sys.executable, "-c", RECAST_EACH_EPOCH], capture_output=True,

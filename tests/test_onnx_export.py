@@ -3,7 +3,7 @@ where an interpreter with it is given, and the errors for what MXNet 1.9.1 canno
 
 Needs ``onnx<1.19`` (in ``.[test]`` and ``.[onnx]``); skipped visibly without it.  onnxruntime needs
 numpy >= 1.24, which MXNet 1.9.1 cannot import, so it runs in its own venv, named by
-``MXFP16_ONNXRUNTIME_PYTHON`` (see docs/guide.md, Deploying a trained model).
+``MXFP16_ONNXRUNTIME_PYTHON`` (see docs/deployment.md).
 """
 import importlib.util
 import re

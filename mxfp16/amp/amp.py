@@ -51,7 +51,7 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     target_precision_ops, conditional_fp32_ops, fp32_ops : list or None
         MXNet AMP's op-list overrides, checked as MXNet checks them.  Training follows mxfp16's
         rules (each op's dtype is decided on the whole graph); the lists are used by the
-        ``convert_*`` functions, which take them as arguments (see the guide's table).
+        ``convert_*`` functions, which take them as arguments (see docs/amp.md's table).
     layout_optimization : bool
         Accepted for MXNet 2's signature; mxfp16 keeps the network's layout.
 

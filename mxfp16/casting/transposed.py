@@ -22,7 +22,7 @@ the traced graph (``in_channels`` given: Gluon's symbols keep the shapes of thei
 forward before the cast does not help): output phase ``r`` at
 ``q`` is ``sum_m x[q - m] * w[r + s*m]``, so one ``Convolution`` of the padded input computes the
 ``s**2`` phases as channels, ``depth_to_space`` interleaves them, and a slice takes the output.  Its
-``Reshape`` of the weight infers shapes forward only, hence the condition.  See the guide and
+``Reshape`` of the weight infers shapes forward only, hence the condition.  See docs/sequence_models.md and
 docs/benchmarks.md for what each form costs.
 
 The rewrite also sidesteps a oneDNN failure of plain float32 MXNet: ``Deconvolution`` with one

@@ -67,7 +67,7 @@ def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
     net = cast_block(block, dtype)
     if hybridize:
         # static_shape races on several devices in MXNet 1.9.1: BatchNorm's running statistics
-        # came out wrong on one device in 2 of 8 identical runs (see docs/guide.md, checklist).
+        # came out wrong on one device in 2 of 8 identical runs (see docs/performance.md).
         net.hybridize(static_alloc=True, static_shape=len(ctx) == 1)
     return block, net
 

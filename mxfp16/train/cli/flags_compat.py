@@ -4,7 +4,7 @@ own flags do not already spell (those are aliases in :mod:`mxfp16.train.cli.flag
 
 :mod:`mxfp16.train.cli.compat` gives each its meaning in the tool it came from.  Where GluonCV's
 default differs from mxfp16's, a GluonCV command keeps GluonCV's meaning for the flags it passes
-only; docs/guide.md lists the defaults that differ.
+only; docs/mxnet_gluoncv_commands.md lists the defaults that differ.
 """
 import argparse
 
