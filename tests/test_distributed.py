@@ -13,7 +13,7 @@ import pytest
 
 from mxfp16.train.launch import plan as launch_plan
 from mxfp16.train.launch.hosts import parse_host, read_hostfile
-from mxfp16.train.launch import launcher
+from mxfp16.train.launch import processes
 from mxfp16.train.launch.plan import LaunchError, plan_processes
 from mxfp16.train.launch.launcher import launch
 
@@ -163,7 +163,7 @@ def test_script_timeout_stops_every_process_and_exits_124(launch_main, tmp_path,
     code = launch_main(["-n", "2", "-s", "1", "--timeout", "6", "--log-dir", str(tmp_path / "logs"),
                         "--", sys.executable, "-c", STUCK_OR_FAILING_WORKER, str(tmp_path), "hang"])
     assert code == 124
-    assert time.monotonic() - start < 6 + launcher.KILL_GRACE + 10
+    assert time.monotonic() - start < 6 + processes.KILL_GRACE + 10
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: the job ran past its timeout"), err
     pids = recorded_pids(tmp_path)

@@ -64,7 +64,7 @@ workers.  Once all have exited with 0, it gives the servers and scheduler
 :data:`SERVER_EXIT_GRACE` seconds to exit and returns 0.  The first worker (or server, or scheduler) to fail
 decides the exit code (a signal N counts as 128 + N), and every other process is stopped: SIGTERM
 to its process group (each process runs in a session of its own; a remote one through its
-agent), SIGKILL after :data:`KILL_GRACE` seconds.  With ``log_dir``, the first error line of a
+agent), SIGKILL after :data:`.processes.KILL_GRACE` seconds.  With ``log_dir``, the first error line of a
 failed process's log is shown with the failure.  The same happens after ``timeout`` seconds
 (:class:`LaunchTimeout`).
 
@@ -77,42 +77,28 @@ be killed (SIGKILL), its children here get SIGTERM from the kernel and the remot
 their processes when their ssh stdin ends.  A second Ctrl-C stops
 everything at once.
 """
-import codecs
-import ctypes
 import logging
 import math
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from .hosts import prepare_hosts, route_address, sweep_hosts
-from .plan import (LOCAL_HOST, LaunchError, LaunchTimeout, ProcessSpec, check_job, free_port,
-                   plan_processes, remote_python, server_python)
+from .plan import (LOCAL_HOST, LaunchError, LaunchTimeout, check_job, free_port, plan_processes,
+                   remote_python, server_python)
+from .processes import POLL_INTERVAL, exit_code, returncode, signal_groups, start, stop
 
 log = logging.getLogger(__name__)
 
 #: Seconds the servers and the scheduler get to exit after the last worker succeeded.
 SERVER_EXIT_GRACE = 15.0
 
-#: Seconds between SIGTERM and SIGKILL when stopping a process group.
-KILL_GRACE = 3.0
-
 #: Seconds the workers have to save and exit after SIGTERM or Ctrl-C reached the launcher, within
 #: the grace periods of spot instances and Kubernetes (30 s and more).
 WORKER_STOP_GRACE = 25.0
-
-#: Seconds the ssh clients get to exit after their remote processes were killed; then they are.
-REMOTE_EXIT_GRACE = 5.0
-
-#: Seconds between two looks at the processes.
-POLL_INTERVAL = 0.1
 
 #: Processes whose success is the job's: the workers, or horovodrun, which runs them.
 WORKER_ROLES = ("worker", "horovodrun")
@@ -127,100 +113,10 @@ HOROVOD_FIRST_FAILURE = re.compile(r"The first process to do so was:\s*Process n
                                    r"Exit code: (\d+)")
 
 
-#: prctl(2)'s request that sends a signal to a process when its parent dies (Linux).
-PR_SET_PDEATHSIG = 1
-_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform.startswith("linux") else None
-
-
-def _die_with_launcher():
-    """In a child, before its command starts: SIGTERM when the launcher dies, even by SIGKILL,
-    so that no process of the job outlives it here (the remote ones see their ssh end)."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-@dataclass
-class _Running:
-    spec: ProcessSpec
-    popen: subprocess.Popen
-    log_file: object = None
-    relays: tuple = ()
-    tail: bytearray = None
-
-
-def _relay(source, target, tail):
-    """Copy a process's output to ``target`` (a text stream) as it comes, keeping its last 8 kB in
-    ``tail``."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for chunk in iter(lambda: source.read1(65536), b""):
-        target.write(decoder.decode(chunk))
-        target.flush()
-        tail.extend(chunk)
-        del tail[:-8192]
-
-
-def _start(spec, log_dir):
-    """Start one process in a session (and process group) of its own; a remote one's ssh client
-    gets a pipe as stdin, which carries the control words to its agent."""
-    log_file = None
-    if log_dir is not None:
-        os.makedirs(log_dir, exist_ok=True)
-        log_file = open(os.path.join(log_dir, f"{spec.role}-{spec.index}.log"), "wb")
-    # horovodrun's output is relayed here (not inherited) so that its account of a failure is read
-    relayed = spec.role == "horovodrun" and log_file is None
-    try:
-        popen = subprocess.Popen(list(spec.argv), env=dict(os.environ, **spec.env),
-                                 stdin=subprocess.PIPE if spec.remote else subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE if relayed else log_file,
-                                 stderr=subprocess.PIPE if relayed else
-                                 subprocess.STDOUT if log_file else None,
-                                 start_new_session=True, preexec_fn=_die_with_launcher)
-    except OSError as error:
-        if log_file:
-            log_file.close()
-        raise LaunchError(f"cannot start {spec.name} ({spec.argv[0]!r}: {error.strerror}): "
-                          "check the command and that it is on PATH") from None
-    log.info("started %s on %s (pid %d): %s", spec.name, spec.host, popen.pid, spec.shown)
-    running = _Running(spec, popen, log_file, tail=bytearray())
-    if relayed:
-        running.relays = tuple(
-            threading.Thread(target=_relay, args=(stream, target, running.tail), daemon=True)
-            for stream, target in ((popen.stdout, sys.stdout), (popen.stderr, sys.stderr)))
-        for relay in running.relays:
-            relay.start()
-    return running
-
-
-def exit_code(returncode):
-    """A shell-style exit code: a process killed by signal N gives 128 + N.
-
-    Examples
-    --------
-    >>> exit_code(3), exit_code(-9)
-    (3, 137)
-    """
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _returncode(proc):
-    """Popen's return code (None while running), read without reaping the process.
-
-    An exited but unreaped process keeps its pid, and so its process-group id, reserved: signalling
-    the group in :func:`_stop` can reach the process's own children but never a newcomer that was
-    given the same pid.
-    """
-    if proc.popen.returncode is not None:
-        return proc.popen.returncode
-    info = os.waitid(os.P_PID, proc.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    if info is None:
-        return None
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-
-
 def _first_failure(running):
     """(process, exit code) of a process that exited with an error, or None."""
     for proc in running:
-        code = _returncode(proc)
+        code = returncode(proc)
         if code:
             return proc, exit_code(code)
     return None
@@ -282,7 +178,7 @@ def _wait_workers(running, deadline):
         failure = _first_failure(running)
         if failure:
             return _report_failure(*failure)
-        if all(_returncode(proc) == 0 for proc in workers):
+        if all(returncode(proc) == 0 for proc in workers):
             log.info("all %d workers finished", len(workers))
             return 0
         if time.monotonic() > deadline:
@@ -295,78 +191,27 @@ def _wait_servers(running, deadline):
     """Give the servers and scheduler time to exit on their own after the workers finished."""
     others = [proc for proc in running if proc.spec.role not in WORKER_ROLES]
     limit = min(deadline, time.monotonic() + SERVER_EXIT_GRACE)
-    while any(_returncode(proc) is None for proc in others) and time.monotonic() < limit:
+    while any(returncode(proc) is None for proc in others) and time.monotonic() < limit:
         time.sleep(POLL_INTERVAL)
     for proc in others:
-        if _returncode(proc) is None:
+        if returncode(proc) is None:
             log.warning("%s still runs after the workers finished: stopping it", proc.spec.name)
-
-
-def _signal_groups(running, sig):
-    """``sig`` to each process group: here with killpg, on a remote host through its agent."""
-    for proc in running:
-        if proc.spec.remote and proc.popen.stdin:
-            try:
-                proc.popen.stdin.write(f"{signal.Signals(sig).name[3:]}\n".encode())
-                proc.popen.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass  # the ssh client is gone, and with it the remote process (its agent stops it)
-            continue
-        try:
-            os.killpg(proc.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass  # the group is gone already
-
-
-def _wait_exit(running, grace):
-    limit = time.monotonic() + grace
-    while any(_returncode(proc) is None for proc in running) and time.monotonic() < limit:
-        time.sleep(POLL_INTERVAL)
 
 
 def _stop_workers_first(running, sig, grace=WORKER_STOP_GRACE):
     """Pass ``sig`` to the workers and wait (up to ``grace`` seconds) until they have exited, the
     servers and scheduler still up; the workers' exit code (the first nonzero one), or None."""
     workers = [proc for proc in running if proc.spec.role in WORKER_ROLES]
-    _signal_groups(workers, sig)
+    signal_groups(workers, sig)
     limit = time.monotonic() + grace
-    while any(_returncode(proc) is None for proc in workers) and time.monotonic() < limit:
+    while any(returncode(proc) is None for proc in workers) and time.monotonic() < limit:
         time.sleep(POLL_INTERVAL)
-    codes = [_returncode(proc) for proc in workers]
+    codes = [returncode(proc) for proc in workers]
     if any(code is None for code in codes):
         log.error("workers still running %g s after %s: stopping the job", grace,
                   signal.Signals(sig).name)
         return None
     return next((exit_code(code) for code in codes if code), 0)
-
-
-def _stop(running, grace=KILL_GRACE):
-    """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, reap all.
-
-    A remote process is signalled through its agent; its ssh client then gets
-    :data:`REMOTE_EXIT_GRACE` seconds to bring back the exit status before it is killed too.
-    """
-    _signal_groups(running, signal.SIGTERM)
-    _wait_exit(running, grace)
-    _signal_groups(running, signal.SIGKILL)
-    remote = [proc for proc in running if proc.spec.remote]
-    _wait_exit(remote, REMOTE_EXIT_GRACE)
-    for proc in remote:
-        try:
-            proc.popen.stdin.close()  # the end of the agent's stdin: it stops what is left
-        except BrokenPipeError:
-            pass
-        try:
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for proc in running:
-        try:
-            proc.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:  # stuck in the kernel; nothing more can be done
-            log.error("%s (pid %d) did not die on SIGKILL", proc.spec.name, proc.popen.pid)
-        if proc.log_file:
-            proc.log_file.close()
 
 
 @contextmanager
@@ -451,10 +296,10 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     with _sigterm_as_exit():
         try:
             for spec in specs:
-                running.append(_start(spec, log_dir))
+                running.append(start(spec, log_dir))
             return _supervise(running, deadline, launcher)
         finally:
-            _stop(running)
+            stop(running)
             if hosts:
                 sweep_hosts(hosts, server_python(remote_python(command)), job_id,
                             horovod=launcher == "horovod")
