@@ -41,7 +41,14 @@ setup(
         # The linters are pinned: tests/test_lint.py runs them, and a new rule must not fail CI.
         # GluonNLP is in: the sequence-model tests cast and train its models; onnx for the ONNX
         # export tests (skipped, and said so, without it).
+        # The documentation site (tests/test_site.py builds it with -W): Sphinx, MyST and numpydoc
+        # pinned like the linters, since a new release's new warning would fail the build (Sphinx 9
+        # needs Python 3.11; the site's tests skip without it); websocket-client drives the
+        # headless Chromium of its browser test over the DevTools protocol.
         "test": ["pytest>=6", "scikit-learn>=0.24", "ruff==0.17.6", "import-linter==2.16",
-                 "gluonnlp==0.10.0", "onnx<1.19"],
+                 "gluonnlp==0.10.0", "onnx<1.19"] + [
+                     f"{name}; python_version >= '3.11'" for name in (
+                         "sphinx==9.0.4", "myst-parser==5.2.0", "numpydoc==1.11.0",
+                         "websocket-client==1.9.2")],
     },
 )

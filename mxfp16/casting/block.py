@@ -63,7 +63,7 @@ class CastCheckpoints:
     """The float32 checkpoints of a cast network, :class:`CastBlock` or a cast plain Block
     (:class:`~mxfp16.casting.plain_block.CastPlainBlock`): ``save_parameters`` and
     ``load_parameters`` under the float32 network's names.  A class lists those names in
-    :meth:`_save_keys` (what it writes) and :meth:`_load_keys` (what it reads besides the
+    ``_save_keys()`` (what it writes) and ``_load_keys()`` (what it reads besides the
     parameters' own names); by default the ``param_keys`` of a :class:`CastBlock`."""
 
     def _save_keys(self):

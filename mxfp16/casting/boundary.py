@@ -85,7 +85,7 @@ def gathering_ops(rw, node_reads):
 
 class Boundary:
     """The readers of a graph's values (``rw``, a GraphRewriter), what is read only for its
-    shape (:attr:`shape_only`), and :meth:`stays_float16` for the layout ops of the tail."""
+    shape (``shape_only``), and :meth:`stays_float16` for the layout ops of the tail."""
 
     def __init__(self, rw):
         self.rw = rw

@@ -133,7 +133,7 @@ class BlockIndex:
         return self._by_prefix.get(best, "")
 
     def subtree(self, path):
-        """``path`` and the paths of every block inside it, in :attr:`paths` order."""
+        """``path`` and the paths of every block inside it, in ``paths`` order."""
         return [p for p in self.paths if p == path or p.startswith(path + ".")]
 
     def path_of(self, block):
@@ -221,7 +221,7 @@ def select_blocks(block, selectors):
     -------
     dict
         ``{key: [paths]}`` in the order given, the key being the string as given, a class's
-        ``__name__`` or a block's Gluon name (:func:`describe_selector`), the paths in
+        ``__name__`` or a block's Gluon name (``describe_selector``), the paths in
         :func:`block_paths` order.
 
     Raises

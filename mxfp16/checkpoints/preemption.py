@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 
-__all__ = ["StopRequest"]
+__all__ = ["StopRequest", "STOP_SIGNALS"]
 
 
 #: The signals that ask a run to stop.
