@@ -114,6 +114,23 @@ def parse_choices(text, choices, flag, noun):
     return items
 
 
+def parse_exponents(text, flag, low, high, example):
+    """A comma-separated flag of whole exponents in ``[low, high]`` (the k of factors 2^k) as a
+    tuple, or ``ValueError`` naming the flag, the range and an example.
+
+    >>> parse_exponents("0, -12", "--log2-factors", -40, 0, "0,-12,-20")
+    (0, -12)
+    """
+    try:
+        exponents = tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        exponents = ()
+    if not exponents or any(k > high or k < low for k in exponents):
+        raise ValueError(f"{flag} {text!r}: give comma-separated integers in [{low}, {high}], "
+                         f"for example {example}")
+    return exponents
+
+
 def parse_dtypes(text, choices):
     """A comma-separated ``--dtypes`` value as a tuple, or ``ValueError`` naming the unknown ones.
 

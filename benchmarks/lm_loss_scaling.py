@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 import mxnet as mx
 import numpy as np
 from bench_common import (add_output_arguments, command_line, config_from, header_lines,
-                          machine_info, markdown_table, mean_std, parse_argv, publish,
-                          require_positive)
+                          machine_info, markdown_table, mean_std, parse_argv, parse_exponents,
+                          publish, require_positive)
 from bench_sequence import CharLM, corpus, perplexity, sequences
 from mxnet import autograd, gluon
 
@@ -176,14 +176,7 @@ def get_args_parser():
 
 
 def parse_factors(text):
-    try:
-        factors = tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        factors = ()
-    if not factors or any(k > 0 or k < -40 for k in factors):
-        raise ValueError(f"--log2-factors {text!r}: give comma-separated integers in [-40, 0], "
-                         "for example 0,-12,-16")
-    return factors
+    return parse_exponents(text, "--log2-factors", -40, 0, "0,-12,-16")
 
 
 def make_config(args):

@@ -44,7 +44,7 @@ from mxnet.gluon import nn
 import mxfp16
 from bench_common import (add_output_arguments, command_line, digits_split, header_lines,
                           machine_info, markdown_table, mean_std, new_figure, parse_config,
-                          require_positive, save_figure, write_results)
+                          parse_exponents, require_positive, save_figure, write_results)
 
 #: Mode name -> (training dtype, loss scale as mxfp16.make_loss_scaler takes it; 1 disables it).
 MODES = {
@@ -203,14 +203,7 @@ def get_args_parser():
 
 
 def parse_factors(text):
-    try:
-        factors = tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        factors = ()
-    if not factors or any(k > 0 or k < -40 for k in factors):
-        raise ValueError(f"--log2-factors {text!r}: give comma-separated integers in [-40, 0], "
-                         "for example 0,-12,-20")
-    return factors
+    return parse_exponents(text, "--log2-factors", -40, 0, "0,-12,-20")
 
 
 def make_config(args):

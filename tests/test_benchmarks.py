@@ -83,6 +83,19 @@ def test_loss_scaling_matters_quick_shows_underflow(load_benchmark, tmp_path):
     assert (tmp_path / "loss_scaling_matters.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_loss_scale_floor_quick_goes_below_1_only_with_the_floor(load_benchmark, tmp_path):
+    record, markdown = run_quick(load_benchmark("loss_scale_floor"), tmp_path)
+    runs = {(run["log2_weight"], run["log2_floor"]): run for run in record["runs"]}
+    assert len(table_rows(markdown)) == len(runs) == 4
+    # 2**10: the gradients fit at scale 1, the 'auto' start takes 2**-3 where it may go below 1
+    assert [runs[10, floor]["final_scale"] for floor in (0, -24)] == [1.0, 2.0 ** -3]
+    assert runs[10, 0]["updates"] == runs[10, -24]["updates"] == 12
+    # 2**20 overflows at scale 1: no update at a floor of 1; ten halvings, then updates
+    assert runs[20, 0]["updates"] == 0 and runs[20, 0]["final_scale"] == 1.0
+    assert runs[20, -24]["updates"] == 2 and runs[20, -24]["final_scale"] < 2.0 ** -10
+
+
 def test_cast_time_quick_counts_casts(load_benchmark, tmp_path):
     module = load_benchmark("cast_time")
     record, markdown = run_quick(module, tmp_path)
@@ -307,6 +320,8 @@ def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_pat
 @pytest.mark.parametrize("name, argv, message", [
     ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
+    ("loss_scale_floor", ["--log2-floors", "0,2"], "--log2-floors '0,2': give comma-separated "
+                                                   "integers in [-60, 0]"),
     ("data_pipeline", ["--image-shape", "224,224"], "--image-shape '224,224'"),
     ("train_throughput", ["--dtypes", "int8"], "unknown dtype(s) ['int8']"),
     ("loop_overhead", ["--rounds", "0"], "--rounds must be >= 1, got 0"),

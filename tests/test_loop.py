@@ -56,7 +56,7 @@ def test_an_overflow_storm_is_skipped_counted_and_logged_and_training_goes_on(
 
 
 def test_a_storm_that_never_ends_collapses(network):
-    scaler = mxfp16.DynamicLossScaler(init_scale=2.0, max_consecutive_skips=3)
+    scaler = mxfp16.DynamicLossScaler(init_scale=2.0, min_scale=1.0, max_consecutive_skips=3)
     with pytest.raises(mxfp16.LossScaleCollapse, match="3 steps in a row overflowed"):
         run_epoch(gluon_api.GluonAPI, network, scaler, poisoned_iter(8, poisoned=range(8)))
 

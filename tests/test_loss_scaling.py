@@ -40,13 +40,27 @@ def test_overflow_resets_growth_and_scale_stops_at_min_scale():
 
 
 def test_collapse_at_min_scale_fails_fast_with_a_clear_message():
-    scaler = DynamicLossScaler(init_scale=2.0, max_consecutive_skips=5)
-    scaler.update(False)  # 2 -> 1, the minimum
-    for _ in range(3):
+    scaler = DynamicLossScaler(init_scale=2.0 ** -22, max_consecutive_skips=5)
+    scaler.update(False)
+    scaler.update(False)  # 2**-22 -> 2**-24, the default minimum, below 1
+    assert scaler.loss_scale == 2.0 ** -24 == scaler.min_scale
+    for _ in range(2):
         scaler.update(False)
+    assert scaler.loss_scale == 2.0 ** -24
     with pytest.raises(LossScaleCollapse,
-                       match="5 steps in a row overflowed.*minimum loss scale 1"):
+                       match="5 steps in a row overflowed.*minimum loss scale 2\\*\\*-24"):
         scaler.update(False)
+
+
+def test_the_dynamic_scale_goes_below_1_and_the_auto_start_follows():
+    """Gradients that overflow even unscaled (a loss weighted 1e6) halve the scale below 1, as
+    PyTorch's GradScaler does; the 'auto' start is then measured there."""
+    scaler = DynamicLossScaler(init_scale="auto")
+    for expected in (0.5, 0.25, 0.125):
+        scaler.update(False)
+        assert scaler.loss_scale == expected and scaler.needs_start
+    # max|g| of 1e5 at scale 1/8 is 8e5 unscaled: 2**-7 * 8e5 * 8 = 50000 <= 65504
+    assert scaler.start_from(1e5) == 2.0 ** -7
 
 
 def test_static_scaler_keeps_its_scale_and_collapses_after_the_limit():
@@ -324,7 +338,8 @@ def constructed_step(scaler, grads_per_device, max_norm=None):
     ([[0.0, 0.0]], {}, 2.0 ** 24),
     ([[1e-3, 0.0]], {"max_scale": 1024.0}, 1024.0),
     ([[1000.0, 0.0]], {"min_scale": 64.0}, 64.0),  # 8 by the rule, raised to min_scale
-    ([[1e6, 0.0]], {}, 1.0),  # too large for any scale above 1
+    ([[1e6, 0.0]], {}, 2.0 ** -7),  # 1e6 * 2**-7 * 8 <= 65504: below 1, the floor is 2**-24
+    ([[1e6, 0.0]], {"min_scale": 1.0}, 1.0),  # too large for any scale above 1
 ])
 def test_auto_start_is_the_power_of_two_of_the_aggregated_gradients(grads_per_device, kwargs,
                                                                      start):
@@ -366,7 +381,7 @@ def test_auto_start_overflowing_at_scale_1_is_skipped_and_measured_again():
     scaler = DynamicLossScaler(init_scale="auto")
     stepped, (weight,) = constructed_step(scaler, [[np.inf, 1.0]])
     assert not stepped and np.array_equal(weight, [0.0, 0.0])
-    assert (scaler.loss_scale, scaler.needs_start, scaler.num_skipped) == (1.0, True, 1)
+    assert (scaler.loss_scale, scaler.needs_start, scaler.num_skipped) == (0.5, True, 1)
     stepped, _ = constructed_step(scaler, [[3.0, 1.0]])
     assert stepped and (scaler.loss_scale, scaler.needs_start) == (2048.0, False)
     assert (scaler.num_steps, scaler.num_skipped, scaler.consecutive_skips) == (2, 1, 0)

@@ -107,14 +107,16 @@ def test_resume_after_a_killed_save_continues_exactly(train_imagenet, tmp_path, 
 
 
 def test_a_collapsed_loss_scale_stops_with_one_line(train_imagenet, tmp_path, capsys):
-    """A learning rate of 1e6 blows the weights up: every step overflows, even at scale 1."""
+    """A learning rate of 1e6 blows the weights up: every step overflows at the static scale of 128
+    (a dynamic one would halve 33 times to its floor first, 2**-24)."""
     argv = QUICK + ["--benchmark", "1", "--num-examples", "400", "--batch-size", "4",
                     "--image-shape", "3,8,8", "--dtype", "float16", "--lr", "1e6",
-                    "--max-consecutive-skips", "3", "--log-file", str(tmp_path / "run.log")]
+                    "--loss-scale", "128", "--max-consecutive-skips", "3",
+                    "--log-file", str(tmp_path / "run.log")]
     assert train_imagenet(argv) == 2
     captured = capsys.readouterr()
     assert len(captured.err.strip().splitlines()) == 1
-    assert captured.err.startswith("error: ") and "overflowed at the minimum loss scale 1" in \
+    assert captured.err.startswith("error: ") and "overflowed at the minimum loss scale 128" in \
         captured.err and "Lower the learning rate" in captured.err
     assert "--batch-size 4 is not a multiple of 8" in captured.out
     assert "gradient overflow: step skipped" in open(tmp_path / "run.log").read()

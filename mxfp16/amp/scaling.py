@@ -25,12 +25,6 @@ from ..trainer import SCALER_STATE_ATTRIBUTE
 
 log = logging.getLogger(__name__)
 
-#: The smallest loss scale of ``init_trainer``'s dynamic scaler.  Below 1, as MXNet AMP's halving
-#: (which has no bound) reaches: losses summed over thousands of anchors (YOLOv3's objectness)
-#: give float16 gradients that overflow even unscaled, and train at a scale of 1/2**k.
-AMP_MIN_SCALE = 2.0 ** -24
-
-
 class TrainerScaling:
     """What ``init_trainer`` attaches to a Trainer: its loss scaler and this step's bookkeeping.
 
@@ -180,7 +174,7 @@ def attach(trainer, dtype, loss_scale=None):
                          "overflow can skip the step: create it with update_on_kvstore=False, as "
                          "GluonCV's scripts do under --amp")
     scaler = loss_scale if isinstance(loss_scale, LossScaler) else \
-        make_loss_scaler(loss_scale, dtype, min_scale=AMP_MIN_SCALE)
+        make_loss_scaler(loss_scale, dtype)
     hook = TrainerScaling(trainer, scaler, dtype)
     trainer._amp_loss_scaler = hook  # the attribute gluon.Trainer._update reads
     # The one MXNet AMP's own scale_loss reads too: GluonCV's R-CNN ForwardBackwardTask imports

@@ -19,9 +19,10 @@ from ..distributed.kvstore import sync_initial_weights
 from .heads import visible_head_ignoring_ops
 # recommend_loss_scale and its constants live with the settings; they are imported from here too.
 from .settings import (CLASSIC_INIT_SCALE, DEFAULT_HEADROOM, FLOAT16_MAX,  # noqa: F401
-                                  MAX_LOSS_SCALE, check_dynamic_settings, check_positive,
-                                  check_whole, is_auto, parse_loss_scale, recommend_loss_scale)
+                       MAX_LOSS_SCALE, MIN_LOSS_SCALE, check_dynamic_settings, check_positive,
+                       check_whole, is_auto, parse_loss_scale, recommend_loss_scale, scale_text)
 from ..optimizers import check_updates_on_workers
+
 
 class LossScaleCollapse(RuntimeError):
     """Raised when steps keep overflowing at the minimum loss scale: training cannot recover."""
@@ -247,8 +248,9 @@ class LossScaler:
         if self._scale <= self.min_scale and self.consecutive_skips >= self.max_consecutive_skips:
             raise LossScaleCollapse(
                 f"{self.consecutive_skips} steps in a row overflowed at the minimum loss scale "
-                f"{self.min_scale:g}: the gradients are inf/NaN even unscaled. Lower the learning "
-                "rate, check the data for inf/NaN, or keep the overflowing layers in float32")
+                f"{scale_text(self.min_scale)}: the gradients are inf/NaN even at that scale. "
+                "Lower the learning rate, check the data for inf/NaN, or keep the overflowing "
+                "layers in float32")
 
     def _grow(self):
         """Clean-step hook: a static scaler keeps its scale."""
@@ -299,7 +301,7 @@ class DynamicLossScaler(LossScaler):
         runs at scale 1 and measures the largest aggregated gradient ``g``; the scale then starts
         at :func:`recommend_loss_scale` ``(g)`` (within ``[min_scale, max_scale]``), and that first
         step updates the weights like any other.  If its gradients overflow even at scale 1, it is
-        skipped and the next step measures again.
+        skipped, the scale halves (below 1, down to ``min_scale``) and the next step measures.
     growth_factor : float
         Multiplier after ``growth_interval`` clean steps in a row (> 1).
     backoff_factor : float
@@ -307,7 +309,10 @@ class DynamicLossScaler(LossScaler):
     growth_interval : int
         Clean steps in a row before the scale grows.
     min_scale, max_scale : float
-        Bounds of the scale.
+        Bounds of the scale.  ``min_scale`` is below 1 by default (:data:`MIN_LOSS_SCALE`,
+        2**-24, chosen by measurement: ``benchmarks/loss_scale_floor.py``), as PyTorch's
+        GradScaler goes below 1: a loss whose gradients overflow float16 even unscaled (weighted
+        1e6) trains at a scale of 1/2**k.
     enabled : bool
         ``False``: pass-through.
     max_consecutive_skips : int
@@ -333,8 +338,8 @@ class DynamicLossScaler(LossScaler):
     """
 
     def __init__(self, init_scale=CLASSIC_INIT_SCALE, growth_factor=2.0, backoff_factor=0.5,
-                 growth_interval=2000, min_scale=1.0, max_scale=MAX_LOSS_SCALE, enabled=True,
-                 max_consecutive_skips=200):
+                 growth_interval=2000, min_scale=MIN_LOSS_SCALE, max_scale=MAX_LOSS_SCALE,
+                 enabled=True, max_consecutive_skips=200):
         auto = is_auto(init_scale)
         super().__init__(1.0 if auto else init_scale, enabled=enabled,
                          max_consecutive_skips=max_consecutive_skips)
@@ -431,7 +436,7 @@ class DynamicLossScaler(LossScaler):
 
 
 def make_loss_scaler(loss_scale, dtype, *, init_scale=None, growth_factor=2.0, backoff_factor=0.5,
-                     growth_interval=2000, min_scale=1.0, max_scale=MAX_LOSS_SCALE,
+                     growth_interval=2000, min_scale=MIN_LOSS_SCALE, max_scale=MAX_LOSS_SCALE,
                      max_consecutive_skips=200):
     """The scaler for a ``--loss-scale`` setting, every scaler setting given as a keyword.
 

@@ -16,6 +16,17 @@ DEFAULT_HEADROOM = 8.0
 #: The largest loss scale (apex's and MXNet AMP's maximum).
 MAX_LOSS_SCALE = 2.0 ** 24
 
+#: The smallest scale of dynamic loss scaling: below 1, as PyTorch's GradScaler goes, for losses whose
+#: gradients overflow float16 even unscaled (a loss weighted 1e6, YOLOv3's objectness loss summed
+#: over its anchors, which settles at 1/32).  2**-24, the scale at which a gradient of 1 becomes
+#: float16's smallest subnormal, chosen by measurement (benchmarks/loss_scale_floor.py, the floor
+#: table of docs/benchmarks.md): a three-layer regression trained with Adam matches float32's loss
+#: (after as many updates) with its loss weighted up to 2**30 at this floor, where a floor of 1
+#: never updates from 2**20 on and one of 2**-12 from 2**30 on; only weights beyond 2**30 would need
+#: a lower floor.  LossScaleCollapse still stops a run that overflows at every scale: the default
+#: 200 skipped steps in a row reach the floor from any start (2**24 at most: 48 halvings).
+MIN_LOSS_SCALE = 2.0 ** -24
+
 #: The classic fixed start of dynamic scaling (PyTorch's and apex's), DynamicLossScaler's default.
 CLASSIC_INIT_SCALE = 2.0 ** 16
 
@@ -116,7 +127,7 @@ def check_dynamic_settings(init_scale, growth_factor, backoff_factor, growth_int
 
     Examples
     --------
-    >>> check_dynamic_settings('auto', 2.0, 0.5, 2000, 1.0, 2.0 ** 24)
+    >>> check_dynamic_settings('auto', 2.0, 0.5, 2000, MIN_LOSS_SCALE, 2.0 ** 24)
     """
     check_positive("min_scale", min_scale)
     if not growth_factor > 1:
@@ -194,3 +205,15 @@ def recommend_loss_scale(max_abs, headroom=DEFAULT_HEADROOM, max_scale=MAX_LOSS_
         return float(max_scale)
     exponent = math.frexp(FLOAT16_MAX / (headroom * max_abs))[1] - 1  # floor(log2), exactly
     return float(min(max(2.0 ** exponent, min_scale), max_scale))
+
+
+def scale_text(scale):
+    """A loss scale as the messages write it: ``2**-24`` below 1 for a power of two, else ``%g``.
+
+    Examples
+    --------
+    >>> scale_text(2.0 ** -24), scale_text(0.75), scale_text(65536.0)
+    ('2**-24', '0.75', '65536')
+    """
+    mantissa, exponent = math.frexp(scale)
+    return f"2**{exponent - 1}" if scale < 1 and mantissa == 0.5 else f"{scale:g}"
