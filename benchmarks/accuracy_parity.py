@@ -8,8 +8,9 @@ notes that these classification networks train to parity even without loss scali
 Data: the 1797 8x8 digit images bundled with scikit-learn (no download), a fixed stratified split of
 1347 training and 450 test images.  Every mode starts from the same weights for a given seed and sees
 the same batches.  Outputs in --out-dir: accuracy_parity.md (table of final test accuracy, mean and
-standard deviation over seeds), accuracy_parity.json (every run), accuracy_parity_loss.png (training
-loss per epoch, mean over seeds).
+standard deviation over seeds), accuracy_parity.json (every run, with the loss scale of every
+step), accuracy_parity_loss.png (training loss per epoch, mean over seeds, and the dynamic loss
+scale of every step).
 
 Usage: python benchmarks/accuracy_parity.py [--seeds 5] [--epochs 15] [--quick]
 """
@@ -73,8 +74,9 @@ def build(mode, seed, config, steps_per_epoch):
     return net, trainer, mxfp16.make_loss_scaler(loss_scale, dtype)
 
 
-def train_one_epoch(net, trainer, scaler, train_data, batch_size, rng):
-    """One shuffled pass (the last partial batch dropped); return the mean unscaled loss."""
+def train_one_epoch(net, trainer, scaler, train_data, batch_size, rng, scales):
+    """One shuffled pass (the last partial batch dropped); return the mean unscaled loss.  The loss
+    scale each step was taken at is appended to ``scales``."""
     images, labels = train_data
     order = rng.permutation(len(labels))
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -85,6 +87,7 @@ def train_one_epoch(net, trainer, scaler, train_data, batch_size, rng):
             loss = loss_fn(net(mx.nd.array(images[batch])), mx.nd.array(labels[batch]))
             scaled = scaler.scale(loss)
         scaled.backward()
+        scales.append(scaler.loss_scale)
         scaler.step(trainer, batch_size)
         losses.append(float(loss.mean().asscalar()))
     return float(np.mean(losses))
@@ -99,12 +102,12 @@ def evaluate(net, test_data):
 def run_one(mode, seed, config, train_data, test_data):
     """Train one mode from one seed; return its final test accuracy and loss curve."""
     net, trainer, scaler = build(mode, seed, config, len(train_data[1]) // config.batch_size)
-    rng = np.random.RandomState(seed)
-    losses = [train_one_epoch(net, trainer, scaler, train_data, config.batch_size, rng)
+    rng, scales = np.random.RandomState(seed), []
+    losses = [train_one_epoch(net, trainer, scaler, train_data, config.batch_size, rng, scales)
               for _ in range(config.epochs)]
     return {"mode": mode, "seed": seed, "test_accuracy": evaluate(net, test_data),
             "epoch_losses": losses, "skipped_steps": scaler.num_skipped,
-            "final_loss_scale": scaler.loss_scale}
+            "final_loss_scale": scaler.loss_scale, "step_loss_scales": scales}
 
 
 def summarize(runs, modes):
@@ -132,14 +135,23 @@ def markdown(summary):
     return markdown_table(header, rows)
 
 
-def plot_losses(summary, path):
-    fig, (axis,) = new_figure(1)
+def plot_losses(summary, runs, path):
+    """The training loss per epoch of each mode (mean over seeds) and, beside it, the loss scale
+    of every step of the dynamically scaled runs (one line per seed)."""
+    fig, (losses, scales) = new_figure(2)
     for row in summary:
         epochs = range(1, len(row["mean_loss_curve"]) + 1)
-        axis.plot(epochs, row["mean_loss_curve"], marker="o", markersize=3, label=row["mode"])
-    axis.set(xlabel="epoch", ylabel="training loss (mean over seeds)", yscale="log",
-             title="Digits CNN: training loss per mode")
-    axis.legend()
+        losses.plot(epochs, row["mean_loss_curve"], marker="o", markersize=3, label=row["mode"])
+    losses.set(xlabel="epoch", ylabel="training loss (mean over seeds)", yscale="log",
+               title="Digits CNN: training loss per mode")
+    losses.legend()
+    for run in runs:
+        if MODES[run["mode"]][1] == "dynamic":
+            scales.step(range(1, len(run["step_loss_scales"]) + 1), run["step_loss_scales"],
+                        where="post", label=f"{run['mode']}, seed {run['seed']}")
+    scales.set(xlabel="step", ylabel="loss scale", yscale="log", xscale="log",
+               title="Dynamic loss scale at each step")
+    scales.legend()
     return save_figure(fig, path)
 
 
@@ -179,7 +191,7 @@ def main(argv=None):
               "config": asdict(config), "summary": summary, "runs": runs}
     text = header_lines(record) + markdown(summary)
     write_results(config.out_dir, NAME, text, record)
-    plot = plot_losses(summary, f"{config.out_dir}/{NAME}_loss.png")
+    plot = plot_losses(summary, runs, f"{config.out_dir}/{NAME}_loss.png")
     print(text + f"\nwrote {config.out_dir}/{NAME}.md, .json and {plot}")
     return 0
 

@@ -22,7 +22,7 @@ release = version = "0.1.0"
 extensions = ["myst_parser", "sphinx.ext.autodoc", "numpydoc", "mxfp16_docs"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "README.md"]
+exclude_patterns = ["_build", "_generated", "README.md"]
 templates_path = []
 
 # MyST: GitHub-style heading anchors so that page.md#heading links resolve in the site too;

@@ -46,6 +46,12 @@ def test_accuracy_parity_quick(load_benchmark, tmp_path):
         assert 0.0 <= run["test_accuracy"] <= 1.0
     float32 = next(run for run in record["runs"] if run["mode"] == "float32")
     assert float32["skipped_steps"] == 0 and float32["final_loss_scale"] == 1.0
+    assert float32["step_loss_scales"] == [1.0] * (2 * (1347 // 32))  # 2 epochs of 42 steps
+    float16 = next(run for run in record["runs"] if run["mode"] == "float16")
+    scales = float16["step_loss_scales"]
+    halvings = sum(after == before / 2 for before, after in zip(scales, scales[1:]))
+    # each skipped step halves the scale of the next; the last step's halving is in the final scale
+    assert halvings + (float16["final_loss_scale"] < scales[-1]) == float16["skipped_steps"]
     assert (tmp_path / "accuracy_parity_loss.png").stat().st_size > 0
 
 

@@ -7,6 +7,11 @@ to the API entries.
     autodoc entry for each of its public names (:func:`public_names`).  A name is documented once,
     where users import it first (``mxfp16.cast_block``, not ``mxfp16.casting.cast.cast_block``):
     the modules that also export it list it with a link to that entry.
+``mxfp16-speedups``
+    A bar chart of the Markdown table right above it in the page's source: the speed of each
+    model in each low-precision dtype relative to float32, so the figure cannot disagree with
+    its table (:class:`SpeedupsDirective`).  A build output, drawn by matplotlib into
+    ``docs/_generated/`` (not committed).
 ``mxfp16-cli``
     The reference of one program (``scripts/NAME.py`` or ``mxfp16.doctor``) from the parser it
     builds: its usage, description and, per argument group, each flag with its help and the tool
@@ -27,7 +32,7 @@ import re
 import sys
 
 from docutils import nodes
-from docutils.parsers.rst import Directive
+from docutils.parsers.rst import Directive, directives
 from docutils.statemachine import StringList
 from sphinx import addnodes
 from sphinx.util.nodes import nested_parse_with_titles
@@ -219,7 +224,12 @@ def _escape(text):
 
 
 class CliDirective(Directive):
-    """``mxfp16-cli``: the reference of the programs named in the content (one a line)."""
+    """``mxfp16-speedups``
+    A bar chart of the Markdown table right above it in the page's source: the speed of each
+    model in each low-precision dtype relative to float32, so the figure cannot disagree with
+    its table (:class:`SpeedupsDirective`).  A build output, drawn by matplotlib into
+    ``docs/_generated/`` (not committed).
+``mxfp16-cli``: the reference of the programs named in the content (one a line)."""
     has_content = True
 
     def run(self):
@@ -232,6 +242,106 @@ class CliDirective(Directive):
         node = nodes.section()
         nested_parse_with_titles(self.state, StringList(lines, source=env.docname), node)
         return node.children
+
+
+# ---- figures of the benchmarks' tables ---------------------------------------------------------
+
+def table_above(lines, line_number):
+    """The last Markdown table of ``lines`` that ends before ``line_number`` (1-based), as a list
+    of rows of stripped cells, header first (the ``|---|`` row left out)."""
+    tables, current = [], []
+    for line in lines[:line_number - 1]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    if not tables:
+        return []
+    return [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in tables[-1]
+            if not re.match(r"^\|[-| :]+\|$", row.strip())]
+
+
+def _number(cell):
+    match = re.search(r"\d+(\.\d+)?", cell.replace("*", ""))
+    if match is None:
+        raise ValueError(f"no number in the table cell {cell!r}")
+    return float(match.group())
+
+
+def speedups(rows, column, dtypes, invert=False, model=None):
+    """``{dtype: [(model, speed vs float32), ...]}`` of a table's ``rows`` (header first): the
+    ``column``'s number for each row whose ``dtype`` cell is one of ``dtypes`` (its reciprocal
+    with ``invert``, for a column of time ratios), by the first column's model (or ``model``).
+
+    Examples
+    --------
+    >>> rows = [["model", "dtype", "ratio"], ["LM", "float32", "1.00"], ["LM", "bfloat16", "0.80"]]
+    >>> speedups(rows, "ratio", ["bfloat16"], invert=True)
+    {'bfloat16': [('LM', 1.25)]}
+    """
+    header, body = rows[0], rows[1:]
+    if column not in header or "dtype" not in header:
+        raise ValueError(f"the table above has no column {column!r} or 'dtype' (its columns: "
+                         f"{', '.join(header)})")
+    value_at, dtype_at = header.index(column), header.index("dtype")
+    out = {dtype: [] for dtype in dtypes}
+    for row in body:
+        if row[dtype_at] in out:
+            value = _number(row[value_at])
+            out[row[dtype_at]].append((model or row[0], round(1 / value if invert else value, 3)))
+    return out
+
+
+def draw_speedups(data, title, path):
+    """A grouped bar chart of :func:`speedups`' ``data``, float32 as the line at 1."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = list(dict.fromkeys(name for values in data.values() for name, _ in values))
+    fig, axis = plt.subplots(figsize=(max(5.5, 1.5 * len(models) + 3.5), 3.4))
+    width = 0.8 / max(1, len(data))
+    for index, (dtype, values) in enumerate(data.items()):
+        found = dict(values)
+        xs = [at + (index - (len(data) - 1) / 2) * width for at in range(len(models))]
+        bars = axis.bar(xs, [found.get(name, 0) for name in models], width, label=dtype)
+        axis.bar_label(bars, fmt="%.2f", fontsize=8)
+    axis.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="float32")
+    axis.set_xticks(range(len(models)), models, fontsize=8)
+    top = max([value for values in data.values() for _, value in values] + [1.0])
+    axis.set(ylabel="speed relative to float32", title=title, ylim=(0, 1.15 * top))
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+class SpeedupsDirective(Directive):
+    """``mxfp16-speedups``: the table above drawn as speed-ups; the argument is its title."""
+    required_arguments, final_argument_whitespace = 1, True
+    option_spec = {"column": directives.unchanged_required, "invert": directives.flag,
+                   "model": directives.unchanged,
+                   "dtypes": lambda text: [part.strip() for part in text.split(",")]}
+
+    def run(self):
+        env = self.state.document.settings.env
+        source, line = self.state_machine.get_source_and_line(self.lineno)
+        with open(source, encoding="utf-8") as file:
+            rows = table_above(file.read().splitlines(), line)
+        try:
+            data = speedups(rows, self.options["column"],
+                            self.options.get("dtypes", ["float16 (emulated)", "bfloat16"]),
+                            invert="invert" in self.options, model=self.options.get("model"))
+        except (ValueError, IndexError, KeyError) as error:
+            raise self.error(f"mxfp16-speedups: {error}") from None
+        name = f"{env.docname}-{line}.png".replace("/", "-")
+        folder = os.path.join(env.srcdir, "_generated")
+        os.makedirs(folder, exist_ok=True)
+        draw_speedups(data, self.arguments[0], os.path.join(folder, name))
+        env.note_dependency(source)
+        return [nodes.image(uri=f"/_generated/{name}", alt=self.arguments[0])]
 
 
 # ---- inline code -> API entries -----------------------------------------------------------------
@@ -336,6 +446,7 @@ def setup(app):
     app.connect("missing-reference", _resolve_short_name)
     app.add_directive("mxfp16-modules", ModulesDirective)
     app.add_directive("mxfp16-cli", CliDirective)
+    app.add_directive("mxfp16-speedups", SpeedupsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
 
 
