@@ -362,8 +362,25 @@ def link_targets(entries):
             targets.setdefault(rest, full)
         if len(short[name]) == 1 and _distinctive(name, full, modules):
             targets.setdefault(name, full)
+    targets.update(_aliases(entries))
     targets.update({text + "()": full for text, full in list(targets.items())})
     return targets
+
+
+def _aliases(entries):
+    """``{module.attribute: entry}`` for each function or class a core module imports from
+    another (``mxfp16.scaling.scalers.recommend_loss_scale``, defined in ``.settings``)."""
+    by_object = {}
+    for (module_name, name), full in entries.items():
+        value = getattr(importlib.import_module(module_name), name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            by_object.setdefault(id(value), full)
+    aliases = {}
+    for module_name in api_modules():
+        for attribute, value in vars(importlib.import_module(module_name)).items():
+            if not attribute.startswith("_") and id(value) in by_object:
+                aliases.setdefault(f"{module_name}.{attribute}", by_object[id(value)])
+    return aliases
 
 
 def _distinctive(name, full, modules):
