@@ -53,7 +53,8 @@ nitpick_ignore_regex = [
 
 html_theme = "alabaster"
 html_title = "mxfp16"
-html_static_path = []
+html_static_path = ["_static"]  # custom.css: wider pages for 110-column code
 html_theme_options = {"description": "Mixed-precision training for Apache MXNet 1.9",
-                      "fixed_sidebar": True, "page_width": "1180px", "sidebar_width": "260px"}
+                      "fixed_sidebar": True, "page_width": "96%", "sidebar_width": "250px",
+                      "body_max_width": "none"}
 html_sidebars = {"**": ["about.html", "searchbox.html", "navigation.html"]}

@@ -12,6 +12,7 @@ import http.server
 import importlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,14 +38,23 @@ pytestmark = pytest.mark.slow  # the build: 20-60 s once per run, shared by thes
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory):
-    """``(html folder, exit code, warnings)`` of one build of the site."""
+    """``(html folder, exit code, warnings)`` of one build of the site (its CPU seconds printed)."""
     out = tmp_path_factory.mktemp("site")
     html_dir = out / "html"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q", "-b", "html",
          "-d", str(out / "doctrees"), os.path.join(ROOT, "docs"), str(html_dir)],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"site build: {after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime:.1f} "
+          "CPU seconds")
     return str(html_dir), done.returncode, done.stderr
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return mxfp16_docs.canonical_entries()
 
 
 def test_the_site_builds_without_a_warning(site):
@@ -64,13 +74,12 @@ def _items(table):
     return table.items() if hasattr(table, "items") else ((key, table[key]) for key in table)
 
 
-def test_every_public_name_of_the_core_has_an_entry(site):
+def test_every_public_name_of_the_core_has_an_entry(site, entries):
     inventory = _inventory(site[0])
     modules = mxfp16_docs.api_modules()
     assert {"mxfp16", "mxfp16.amp", "mxfp16.amp.lists", "mxfp16.models", "mxfp16.scaling",
             "mxfp16.checkpoints", "mxfp16.trainer"} <= set(modules)
     missing = [module for module in modules if module not in inventory]
-    entries = mxfp16_docs.canonical_entries()
     for (module, name), full in entries.items():
         owner, _, attribute = full.rpartition(".")
         if full not in inventory:
@@ -159,10 +168,10 @@ def test_every_flag_of_every_script_has_an_entry(site):
     assert "--save-minutes" in codes and "python scripts/train_imagenet.py" in codes
 
 
-def test_the_guide_links_the_names_it_uses_to_their_entries(site):
+def test_the_guide_links_the_names_it_uses_to_their_entries(site, entries):
     """Every inline code span of a guide page that names an API entry is a link to it."""
     html_dir = site[0]
-    targets = mxfp16_docs.link_targets(mxfp16_docs.canonical_entries())
+    targets = mxfp16_docs.link_targets(entries)
     unlinked, linked = [], 0
     for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
         if not name.endswith(".md") or name == "index.md":
