@@ -21,7 +21,7 @@ from .graph import internal_dtypes
 from .signature import (block_inputs, call_structure, describe_call, describe_signature,
                         imperative_call_error)
 
-__all__ = ["Trace", "cast_parameters", "data_input_names", "structure", "trace_plain",
+__all__ = ["Trace", "cast_parameters", "data_input_names", "structure", "trace_call", "trace_plain",
            "variant_tracer"]
 
 
@@ -118,32 +118,47 @@ def _check_bound(graph, names, block, call, training):
                         "list, such as an LSTM's [h, c] states, given as one array?)")
 
 
+def trace_call(block, call, names=None, training=False, recording=None, numpy=False):
+    """``(graph, data names, positions, out_fmt)``: the float32 graph of ``block`` called as in
+    ``call`` (nested lists, None), traced in one mode without changing the block (its parameters
+    keep their dtypes).
+
+    ``names`` name the call's flat arrays (default ``input0``, ``input1``, ...); the data names
+    are those the graph reads, at ``positions`` among the flat arrays; ``recording`` (default:
+    ``training``) traces inside ``autograd.record()``; ``numpy``: with numpy symbols, in the NumPy
+    interface's semantics, whatever the process's mode."""
+    flat, fmt, _ = call_structure(call)
+    names = list(names) if names else [f"input{index}" for index in range(len(flat))]
+    symbols = mxnet_internals.regroup(
+        [None if array is None else numpy_interface.input_symbol(name, numpy)
+         for array, name in zip(flat, names)], fmt)
+    with autograd.pause(), numpy_interface.semantics(numpy):  # never recorded
+        try:
+            outputs = _traced_outputs(block, symbols, training,
+                                      training if recording is None else recording)
+        except (TypeError, AssertionError) as error:
+            raise _call_error(error, block, call, training) from None
+        graph, out_fmt = _graph_of(outputs)
+    _check_bound(graph, names, block, call, training)
+    used = set(graph.list_arguments())
+    positions = [index for index, (array, name) in enumerate(zip(flat, names))
+                 if array is not None and name in used]
+    return graph, [names[index] for index in positions], positions, out_fmt
+
+
 def variant_tracer(block, cast_graph, numpy=False):
     """``trace(call, names=None, training=False, recording=None) -> Trace``: the cast graph of
     ``block`` called as in ``call`` (nested lists, None), in one mode, for :class:`CastBlock`.
 
     ``cast_graph(graph, data_names=...)`` casts the traced float32 graph (``cast_symbol`` with
-    the dtype, emulation and mode of the cast).  ``recording`` (default: ``training``) traces
-    inside ``autograd.record()``; ``numpy``: with numpy symbols, in the NumPy interface's
-    semantics, whatever the process's mode at the call."""
+    the dtype, emulation and mode of the cast), and the block's parameters are cast to the cast
+    graph's dtypes.  ``recording`` (default: ``training``) traces inside ``autograd.record()``;
+    ``numpy``: with numpy symbols, in the NumPy interface's semantics, whatever the process's mode
+    at the call."""
     def trace(call, names=None, training=False, recording=None):
-        flat, fmt, _ = call_structure(call)
-        names = list(names) if names else [f"input{index}" for index in range(len(flat))]
-        symbols = mxnet_internals.regroup(
-            [None if array is None else numpy_interface.input_symbol(name, numpy)
-             for array, name in zip(flat, names)], fmt)
-        with autograd.pause(), numpy_interface.semantics(numpy):  # never recorded
-            try:
-                outputs = _traced_outputs(block, symbols, training,
-                                          training if recording is None else recording)
-            except (TypeError, AssertionError) as error:
-                raise _call_error(error, block, call, training) from None
-            graph, out_fmt = _graph_of(outputs)
-            _check_bound(graph, names, block, call, training)
-            used = set(graph.list_arguments())
-            positions = [index for index, (array, name) in enumerate(zip(flat, names))
-                         if array is not None and name in used]
-            data_names = [names[index] for index in positions]
+        graph, data_names, positions, out_fmt = trace_call(block, call, names, training,
+                                                           recording, numpy)
+        with autograd.pause(), numpy_interface.semantics(numpy):
             cast = cast_graph(graph, data_names=data_names)
             cast_parameters(block.collect_params(), [cast], data_names)
         return Trace(data_names, positions, cast, out_fmt, structure(graph))
