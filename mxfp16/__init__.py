@@ -39,6 +39,7 @@ _EXPORTS = {
     "optimizers": ("MULTI_PRECISION_OPTIMIZERS", "make_optimizer", "make_trainer", "rescale_grad"),
     "checkpoints.preemption": ("StopRequest",),
     "trainer": ("Trainer",),
+    "diagnose": ("find_overflow", "OverflowReport"),
     "checkpoints.training_state": ("TrainingState", "save_training_state", "load_training_state",
                                    "latest_training_state", "seed_step"),
 }
@@ -47,6 +48,7 @@ _EXPORTS = {
 #: (``mxfp16.scaling.scalers``), and the names earlier releases gave some of them (``mxfp16.kvstore``).
 _MODULES = {
     "scaling": "scaling", "checkpoints": "checkpoints", "distributed": "distributed",
+    "diagnose": "diagnose",
     "mxnet_internals": "mxnet_internals",
     "grad_checks": "scaling.overflow", "kvstore": "distributed.kvstore",
     "loss_scale_settings": "scaling.settings",
@@ -61,7 +63,7 @@ __all__ = [
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
     "BatchProcessor", "StopRequest", "TrainingState", "save_training_state", "load_training_state",
-    "latest_training_state", "seed_step",
+    "latest_training_state", "seed_step", "find_overflow", "OverflowReport",
 ]
 
 

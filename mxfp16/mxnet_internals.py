@@ -357,3 +357,12 @@ def amp_lists_extended(dtype, extra):
     finally:
         for name, ops in saved.items():
             setattr(module, name, ops)
+
+
+def register_cached_op_hook(cached_op, callback):
+    """Call ``callback(name, op_name, handle)`` for every output of every op a ``CachedOp`` runs,
+    forward and backward (``CachedOp._register_op_hook``, the C API ``MXCachedOpRegisterOpHook``
+    behind ``HybridBlock.register_op_hook``): ``name`` and ``op_name`` are bytes, ``handle`` an
+    ``NDArrayHandle`` the callback owns (wrap it in an ``NDArray``).  The CachedOp keeps the
+    ctypes callback alive."""
+    cached_op._register_op_hook(callback, False)

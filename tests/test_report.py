@@ -16,7 +16,7 @@ from mxfp16.models import strip_loss_head
 from mxfp16.report.graph_info import inspect_graph
 from mxfp16.report.memory import activation_bytes, max_batch_size, memory_report, parameter_bytes
 from mxfp16.report.precision_map import precision_map
-from mxfp16.report.probes import add_gradient_probes
+from mxfp16.diagnose.probes import add_gradient_probes
 from mxfp16.report.sequence import input_vocabulary
 from mxfp16.report.speedup import (GPU_SPECS, PUBLISHED_SPEEDUPS, estimate_speedup, layer_time,
                                    rnn_forward_flops)

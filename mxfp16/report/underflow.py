@@ -7,7 +7,7 @@ float16.
 
 The network is cast with ``cast_block(net, 'float16', emulate=True)`` and trained for a few steps of
 softmax cross-entropy (SGD with float32 master weights).  Gradients are read by probes
-(:mod:`mxfp16.report.probes`) on every tensor the GPU graph keeps in float16, as the float32 values
+(:mod:`mxfp16.diagnose.probes`) on every tensor the GPU graph keeps in float16, as the float32 values
 emulation computes before rounding them.  Two runs from the same starting weights on the same
 batches: at loss scale 1, then at the recommended scale; the histograms are of the values as stored
 (multiplied by the loss scale).  "Underflow" counts the nonzero values below 2**-24, the paper's
@@ -29,7 +29,7 @@ from ..casting import cast_block, cast_symbol
 from ..casting.graph import internal_dtypes
 from ..scaling.scalers import DEFAULT_HEADROOM, FLOAT16_MAX, StaticLossScaler, recommend_loss_scale
 from ..optimizers import make_trainer
-from .probes import add_gradient_probes
+from ..diagnose.probes import add_gradient_probes
 
 #: float16's smallest normal and smallest subnormal (its largest, 65504, is the core's FLOAT16_MAX).
 FLOAT16_MIN_NORMAL = 2.0 ** -14

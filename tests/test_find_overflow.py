@@ -1,0 +1,222 @@
+"""mxfp16.find_overflow on planted overflows: attention whose scores are not divided by sqrt(d),
+a convolution fed unnormalized pixels before its BatchNorm, a loss weighted 1e6 (the backward
+pass), GluonNLP's BERT and its NMT model (a plain Block) with an overflowing layer; bfloat16 finds
+nothing; the NumPy interface, several devices and static_alloc; the network, its Trainer and
+MXNet's random generator left as they were."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon, npx
+from mxnet.gluon import nn
+
+import mxfp16
+
+nlp = pytest.importorskip("gluonnlp")
+
+
+class SelfAttention(nn.HybridBlock):
+    """Self-attention whose scores are not divided by sqrt(d): the issue's network."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.query = nn.Dense(units, flatten=False)
+            self.key = nn.Dense(units, flatten=False)
+            self.value = nn.Dense(units, flatten=False)
+            self.proj = nn.Dense(units, flatten=False)
+
+    def scores(self, F, x):
+        return F.batch_dot(self.query(x), self.key(x), transpose_b=True)
+
+    def hybrid_forward(self, F, x):
+        weights = F.softmax(self.scores(F, x), axis=-1)
+        return self.proj(F.batch_dot(weights, self.value(x)))
+
+
+class AttentionNet(nn.HybridBlock):
+    def __init__(self, units=32, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.att = SelfAttention(units)
+            self.drop = nn.Dropout(dropout)
+            self.head = nn.Dense(1, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        return self.head(self.drop(self.att(x)))
+
+
+def attention_batch(batch=4, steps=16, width=32, std=80.0):
+    rng = np.random.RandomState(0)
+    return (mx.nd.array(rng.normal(0, std, (batch, steps, width))),
+            mx.nd.array(rng.normal(0, 1, (batch, steps, 1))))
+
+
+def attention_net(ctx=None, dropout=0.0):
+    ctx = ctx or mx.cpu()
+    mx.random.seed(0)
+    net = AttentionNet(dropout=dropout, prefix="net_")
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    net(attention_batch()[0].as_in_context(ctx[0] if isinstance(ctx, list) else ctx))
+    return net
+
+
+@pytest.fixture(scope="module")
+def attention_report():
+    net = attention_net()
+    x, y = attention_batch()
+    return net, x, mxfp16.find_overflow(net, x, label=y, loss_fn=gluon.loss.L2Loss())
+
+
+def test_unscaled_attention_scores_are_the_forward_culprit(attention_report):
+    net, x, report = attention_report
+    assert bool(report) and report.phases == ["forward"]
+    [culprit] = report.culprits
+    assert (culprit.path, culprit.op, culprit.phase, culprit.op_type) == \
+        ("att", "net_selfattention0_batch_dot0", "forward", "batch_dot")
+    scores = net.att.scores(mx.nd, x)  # the float32 scores
+    assert culprit.max_abs == pytest.approx(float(scores.abs().max().asscalar()), rel=1e-6)
+    assert culprit.max_abs > 65504 and culprit.value > 65504
+    assert report.keep_float32 == ["att"]
+    assert "net_selfattention0_batch_dot0" in str(report) and "keep_float32=['att']" in str(report)
+
+
+def test_a_convolution_fed_unnormalized_pixels_before_its_batchnorm():
+    net = nn.HybridSequential(prefix="cnn_")
+    with net.name_scope():
+        net.add(nn.Conv2D(4, 3, in_channels=3, weight_initializer=mx.init.Constant(10)),
+                nn.BatchNorm(in_channels=4), nn.Activation("relu"), nn.Dense(2))
+    net.initialize()
+    pixels = mx.nd.full((2, 3, 6, 6), 255)  # 0..255, not normalized: 27 * 255 * 10 = 68850
+    net(pixels)
+    report = mxfp16.find_overflow(net, pixels, label=mx.nd.array([0, 1]))
+    assert [(c.path, c.op, c.phase, c.max_abs) for c in report.culprits] == \
+        [("0", "cnn_conv0_fwd", "forward", 68850.0)]
+    assert report.keep_float32 == ["0"]
+
+
+def test_a_loss_weighted_1e6_overflows_the_backward_pass():
+    net = nn.HybridSequential(prefix="mlp_")
+    with net.name_scope():
+        net.add(nn.Dense(16, activation="relu", in_units=8), nn.Dense(4, in_units=16))
+    net.initialize(mx.init.Xavier())
+    rng = np.random.RandomState(0)
+    x, y = mx.nd.array(rng.normal(size=(8, 8))), mx.nd.array(rng.normal(size=(8, 4)))
+    report = mxfp16.find_overflow(net, x, label=y, loss_fn=gluon.loss.L2Loss(weight=1e6))
+    assert report.phases == ["backward"] and report.keep_float32 == []
+    [culprit] = report.culprits
+    assert (culprit.path, culprit.op, culprit.tensor) == ("1", "mlp_dense1_fwd",
+                                                         "mlp_dense1_fwd_output")
+    # L2Loss: weight * (prediction - label) / 4 values per sample, the gradient at the output
+    expected = 1e6 * float((net(x) - y).abs().max().asscalar()) / 4
+    assert culprit.max_abs == pytest.approx(expected, rel=1e-5) and culprit.max_abs > 65504
+    assert report.losses[0] > 0 and np.isfinite(report.losses[1])  # the forward is fine
+
+
+def test_bfloat16_finds_nothing(attention_report):
+    net, x, _ = attention_report
+    report = mxfp16.find_overflow(net, x, label=mx.nd.zeros((4, 16, 1)),
+                                  loss_fn=gluon.loss.L2Loss(), dtype="bfloat16")
+    assert not report and report.culprits == [] and report.keep_float32 == []
+    assert report.underflow == []  # bfloat16 has float32's range
+    assert str(report).startswith("find_overflow (bfloat16, loss scale 1): no culprits")
+
+
+def test_a_cast_network_hybridized_with_static_alloc_on_a_second_device(attention_report):
+    _, x, expected = attention_report
+    net = attention_net(ctx=[mx.cpu(0), mx.cpu(1)])
+    cast = mxfp16.cast_block(net, "float16")
+    cast.hybridize(static_alloc=True, static_shape=True)
+    with autograd.train_mode():
+        cast(x.as_in_context(mx.cpu(1)))  # builds its static_alloc CachedOp
+    x1, y1 = (a.as_in_context(mx.cpu(1)) for a in attention_batch())
+    report = mxfp16.find_overflow(cast, x1, label=y1, loss_fn=gluon.loss.L2Loss())
+    assert [(c.path, c.op, c.phase) for c in report.culprits] == \
+        [(c.path, c.op, c.phase) for c in expected.culprits]
+    assert report.keep_float32 == ["att"]
+
+
+@pytest.mark.slow
+def test_the_network_its_trainer_and_mxnets_generator_are_left_as_they_were():
+    def train(call):
+        net = attention_net(dropout=0.5)
+        x, y = attention_batch(std=1.0)
+        cast = mxfp16.cast_block(net, "float16")
+        cast.hybridize(static_alloc=True)
+        trainer = mxfp16.Trainer(cast.collect_params(), "adam", {"learning_rate": 0.01},
+                                 dtype="float16")
+        mx.random.seed(7)
+        for step in range(3):
+            if call and step == 1:
+                assert not mxfp16.find_overflow(cast, x, label=y, loss_fn=gluon.loss.L2Loss())
+            with autograd.record():
+                loss = gluon.loss.L2Loss()(cast(x), y)
+            trainer.backward(loss)
+            trainer.step(4)
+        return {name: p.data().asnumpy() for name, p in cast.collect_params().items()}
+    without, with_call = train(False), train(True)
+    assert all(np.array_equal(without[name], with_call[name]) for name in without)
+
+
+def test_the_numpy_interface():
+    class NumpyAttention(nn.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.query = nn.Dense(32, flatten=False)
+                self.key = nn.Dense(32, flatten=False)
+                self.head = nn.Dense(1, flatten=False)
+
+        def hybrid_forward(self, F, x):
+            scores = F.npx.batch_dot(self.query(x), self.key(x), transpose_b=True)
+            return self.head(F.npx.softmax(scores, axis=-1))
+
+    x, y = attention_batch()
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        net = NumpyAttention(prefix="np_")
+        net.initialize(mx.init.Xavier())
+        net(x.as_np_ndarray())
+        report = mxfp16.find_overflow(net, x.as_np_ndarray(), label=y.as_np_ndarray(),
+                                      loss_fn=gluon.loss.L2Loss())
+        assert not npx.is_np_array() or True
+    assert [(c.path, c.op, c.phase) for c in report.culprits] == \
+        [("", "np_batch_dot0", "forward")]
+    assert report.keep_float32 == []  # the network's own op: no block inside it to keep
+
+
+def tiny_bert():
+    encoder = nlp.model.BERTEncoder(num_layers=2, units=16, hidden_size=32, max_length=16,
+                                    num_heads=2)
+    bert = nlp.model.BERTModel(encoder, vocab_size=40, token_type_vocab_size=2, units=16,
+                               embed_size=16, use_decoder=False, use_classifier=False)
+    return nlp.model.BERTClassifier(bert, num_classes=3)
+
+
+@pytest.mark.slow
+def test_bert_with_an_overflowing_feed_forward_layer():
+    bert = tiny_bert()
+    mx.random.seed(2)
+    bert.initialize(mx.init.Normal(0.02))
+    rng = np.random.RandomState(0)
+    tokens, types = (mx.nd.array(rng.randint(0, n, (4, 8))) for n in (40, 2))
+    bert(tokens, types, mx.nd.array([8, 5, 3, 8]))
+    ffn_1 = bert.bert.encoder.transformer_cells[1].ffn.ffn_1
+    ffn_1.weight.set_data(ffn_1.weight.data() * 1e6)
+    report = mxfp16.find_overflow(bert, tokens, types, mx.nd.array([8, 5, 3, 8]),
+                                  label=mx.nd.array([0, 1, 2, 1]))
+    assert [(c.path, c.op, c.phase) for c in report.culprits] == [
+        ("bert.encoder.transformer_cells.1.ffn.ffn_1",
+         "bertencoder0_transformer1_positionwiseffn0_ffn_1_fwd", "forward")]
+
+
+def test_refused_in_one_line():
+    net = attention_net()
+    x, y = attention_batch()
+    with pytest.raises(ValueError, match=r"dtype='float32': find_overflow runs in one of "
+                                         r"float16, bfloat16"):
+        mxfp16.find_overflow(net, x, dtype="float32")
+    with pytest.raises(ValueError, match=r"loss_scale=0: give a positive number"):
+        mxfp16.find_overflow(net, x, label=y, loss_scale=0)
+    with pytest.raises(TypeError, match=r"inputs must be NDArrays .* got object"):
+        mxfp16.find_overflow(net, x.asnumpy())
+    with pytest.raises(TypeError, match=r"find_overflow takes a Gluon network"):
+        mxfp16.find_overflow(x, x)
