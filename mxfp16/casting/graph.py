@@ -208,7 +208,8 @@ def internal_dtypes(sym, input_dtypes):
     -------
     dict of str to str
         ``{'conv0_output': 'float16', 'conv0_weight': 'float16', ...}``; types MXNet cannot infer are
-        left out.
+        left out.  An op of the NumPy interface whose output MXNet names ``<name>_out`` (``matmul``)
+        is given under ``<name>_output`` too.
 
     Examples
     --------
@@ -222,8 +223,13 @@ def internal_dtypes(sym, input_dtypes):
     internals = sym.get_internals()
     _, out_types, _ = internals.infer_type_partial(**input_dtypes)
     arg_types, _, aux_types = sym.infer_type_partial(**input_dtypes)
-    named = zip(internals.list_outputs(), out_types)
-    named = list(named) + list(zip(sym.list_arguments(), arg_types))
+    named = list(zip(internals.list_outputs(), out_types))
+    # The NumPy interface's ops name their output ``<name>_out`` (``_npi_matmul``), the legacy
+    # ones ``<name>_output``: both are given under the legacy name too.
+    outputs = {name for name, _ in named}
+    named += [(name[:-len("_out")] + "_output", t) for name, t in named if name.endswith("_out")
+              and name[:-len("_out")] + "_output" not in outputs]
+    named += list(zip(sym.list_arguments(), arg_types))
     named += list(zip(sym.list_auxiliary_states(), aux_types))
     return {name: np.dtype(t).name for name, t in named if t is not None}
 
