@@ -10,7 +10,7 @@ import mxnet as mx
 from gluoncv import model_zoo as gcv_zoo
 from gluoncv.model_zoo import model_store as gcv_store
 
-from . import numpy_interface
+from . import mxnet_internals, numpy_interface
 from .dtypes import LABELLED_HEADS
 from .numpy_interface import legacy
 
@@ -236,6 +236,10 @@ class Network:
         Parameters that are not trained (a frozen backbone).
     lr_mult : dict of str to float
         Learning-rate multipliers by parameter name (parameters not named train at 1).
+    block_prefixes : dict of str to str
+        ``{block path: Gluon prefix}`` of the Gluon network the graph was traced from
+        (``{'features.3': 'resnetv10_stage1_'}``), which names the graph's ops: how
+        ``--keep-float32 features.3`` finds them; empty for a graph read from a checkpoint.
     """
 
     symbol: mx.sym.Symbol
@@ -243,6 +247,7 @@ class Network:
     aux_params: dict
     fixed_param_names: tuple = ()
     lr_mult: dict = field(default_factory=dict)
+    block_prefixes: dict = field(default_factory=dict)
 
     @property
     def param_names(self):
@@ -270,7 +275,8 @@ def block_to_network(block):
                   for name in symbol.list_arguments() if name != DATA_INPUT}
     aux_params = {name: _device_mean(params[name].list_data()).astype("float32")
                   for name in symbol.list_auxiliary_states()}
-    return Network(symbol, arg_params, aux_params)
+    prefixes = {path: child.prefix for path, child in mxnet_internals.block_tree(block)}
+    return Network(symbol, arg_params, aux_params, block_prefixes=prefixes)
 
 
 def _device_mean(arrays):

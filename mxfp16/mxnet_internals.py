@@ -306,6 +306,30 @@ def block_children(block):
     return dict(block._children)
 
 
+def block_tree(block, children=None):
+    """``(path, Block)`` of every block inside ``block``, in registration order (pre-order), the
+    paths the children's names joined by ``'.'`` (``'features.3'``, as ``print(net)`` and
+    ``save_parameters`` name them); ``children(block) -> {name: Block}`` (default:
+    :func:`block_children`) gives each block's children.
+
+    Examples
+    --------
+    >>> from mxnet.gluon import nn
+    >>> net = nn.HybridSequential()
+    >>> net.add(nn.Dense(2))
+    >>> [path for path, _ in block_tree(net)]
+    ['0']
+    """
+    children = children or block_children
+
+    def visit(parent, prefix, ancestors):
+        for name, child in children(parent).items():
+            if id(child) not in ancestors:  # a cycle: Gluon never builds one, but do not loop
+                yield prefix + name, child
+                yield from visit(child, f"{prefix}{name}.", ancestors | {id(child)})
+    return list(visit(block, "", {id(block)}))
+
+
 def replace_child(block, name, child):
     """Put ``child`` in place of the child ``name`` of ``block`` (``_children`` and the attribute
     of that name), where ``Block.__setattr__`` refuses a change of the child's type."""

@@ -14,6 +14,7 @@ True
 import contextlib
 import logging
 
+from ..casting.selectors import selector_list
 from ..scaling import clipping as _clipping
 from . import lists  # noqa: F401  (amp.lists.symbol_fp16, as MXNet's amp module has it)
 from . import session as _session
@@ -35,7 +36,7 @@ __all__ = ["init", "reset", "init_trainer", "scale_loss", "unscale", "loss_scale
 
 
 def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops=None,
-         fp32_ops=None, layout_optimization=False):
+         fp32_ops=None, layout_optimization=False, *, keep_float32=None):
     """Turn mixed precision on for the networks this process trains, as ``amp.init()``.
 
     Unlike MXNet AMP it may come before or after the network is built: the cast happens at the
@@ -50,19 +51,31 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
     target_dtype : {'float16', 'bfloat16'}
     target_precision_ops, conditional_fp32_ops, fp32_ops : list or None
         MXNet AMP's op-list overrides, checked as MXNet checks them.  Training follows mxfp16's
-        rules (each op's dtype is decided on the whole graph); the lists are used by the
-        ``convert_*`` functions, which take them as arguments (see docs/amp.md's table).
+        rules (each op's dtype is decided on the whole graph), and keeps the ops of ``fp32_ops``
+        in float32 too, as MXNet AMP runs them (in addition to what mxfp16's rules keep
+        float32, where MXNet's list replaces its own); the lists are used by the ``convert_*``
+        functions, which take them as arguments (see docs/amp.md's table).
     layout_optimization : bool
         Accepted for MXNet 2's signature; mxfp16 keeps the network's layout.
+    keep_float32 : selector or list of selectors, optional
+        mxfp16's addition, where MXNet AMP has nothing per block: the blocks every network cast
+        keeps in float32, as :func:`mxfp16.cast_block`'s ``keep_float32`` (block paths such as
+        ``'encoder.*.attention'``, Gluon names, Block subclasses, Blocks).  With several
+        networks, a Block applies to the network it is in; a string or class must match in each
+        network cast, else that network's first call raises one ``ValueError`` naming it and
+        the nearest paths.
 
     Raises
     ------
     ValueError
         For another ``target_dtype``, malformed op lists, or a second ``init`` with another
         dtype (call :func:`reset` first).
+    TypeError
+        For a ``keep_float32`` selector of another kind.
     """
     dtype = target_dtype_name(target_dtype)
     op_lists = check_op_lists(dtype, target_precision_ops, conditional_fp32_ops, fp32_ops)
+    keep = selector_list(keep_float32) if keep_float32 is not None else []
     active = _session.current()
     if active is not None:
         if active.target_dtype != dtype:
@@ -71,11 +84,12 @@ def init(target_dtype="float16", target_precision_ops=None, conditional_fp32_ops
         return
     if op_lists or lists_extended(dtype):
         log.info("mxfp16.amp: the op lists (%s) are used by the convert_* functions; training "
-                 "casts by mxfp16's rules (mxfp16/casting/rules.py)",
-                 ", ".join(sorted(op_lists)) or "extended")
+                 "casts by mxfp16's rules (mxfp16/casting/rules.py)%s",
+                 ", ".join(sorted(op_lists)) or "extended",
+                 ", with the ops of fp32_ops in float32" if op_lists.get("fp32_ops") else "")
     if layout_optimization:
         log.info("mxfp16.amp: layout_optimization=True has no effect; the layout stays as built")
-    _session.install(_session.Session(dtype, op_lists))
+    _session.install(_session.Session(dtype, op_lists, keep))
     _clipping.route()
 
 

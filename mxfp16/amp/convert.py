@@ -21,6 +21,7 @@ from ..casting import cast_params
 from ..casting.deploy import float32_value
 from ..casting.emulation import resolve_emulate
 from ..casting.graph import MARK, GraphRewriter
+from ..casting.keep import block_keep, graph_keep, kept_ops
 from .cpu_guard import cpu_error, float16_gemms, guarded
 from .lists import (AmpArgumentError, AmpTypeError, check_op_lists, default_lists,
                     lists_extended, target_dtype_name)
@@ -48,9 +49,16 @@ def _convert(sym, dtype, lists, excluded, data_names, cast_optional_params, emul
     return graph if emulate else guarded(graph, mxnet_data_names(sym, data_names))
 
 
+def _excluded(sym, excluded_sym_names, keep):
+    """``excluded_sym_names`` with the names of the ops ``keep`` keeps (None: as given)."""
+    if keep is None:
+        return excluded_sym_names
+    return list(dict.fromkeys(list(excluded_sym_names or []) + kept_ops(sym, keep)))
+
+
 def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                    conditional_fp32_ops=None, excluded_sym_names=None, data_names=None,
-                   cast_optional_params=False, *, emulate=False):
+                   cast_optional_params=False, *, emulate=False, keep_float32=None):
     """A float32 graph in mixed precision, as ``mxnet.contrib.amp.convert_symbol``.
 
     Parameters
@@ -60,7 +68,8 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
     target_dtype_ops, fp32_ops, conditional_fp32_ops : list or None
         Override MXNet AMP's lists (:mod:`mxfp16.amp.lists`); given, MXNet's AMP pass decides.
     excluded_sym_names : list of str or None
-        Ops (by node name) kept in float32.
+        Ops (by node name) kept in float32, their parameters too: MXNet's AMP pass runs them in
+        float32 (mxfp16's lists for the ops not named).
     data_names : list of str or None
         The data inputs (float32, cast where needed); None: every input without ``__dtype__``.
     cast_optional_params : bool
@@ -68,6 +77,10 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
     emulate : bool
         mxfp16's addition: the CPU emulation graph of float16 (float32 compute, float16
         rounding) instead of the real float16 graph.
+    keep_float32 : str or list of str, optional
+        mxfp16's addition: globs of op names and of the Gluon names they start with
+        (``'net0_att0'``, as :func:`mxfp16.cast_symbol`'s); the ops they select join
+        ``excluded_sym_names``.  A glob that selects no op is one ``ValueError`` naming it.
 
     Returns
     -------
@@ -92,13 +105,14 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
         raise AmpTypeError(f"convert_symbol takes an mx.sym.Symbol, got {type(sym).__name__}")
     dtype = target_dtype_name(target_dtype)
     lists = check_op_lists(dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops)
-    return _convert(sym, dtype, lists, check_excluded(excluded_sym_names), data_names,
-                    cast_optional_params, emulate)
+    keep = None if keep_float32 is None else graph_keep(sym, keep_float32)
+    excluded = _excluded(sym, check_excluded(excluded_sym_names), keep)
+    return _convert(sym, dtype, lists, excluded, data_names, cast_optional_params, emulate)
 
 
 def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dtype_ops=None,
                   fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None,
-                  cast_optional_params=False, *, emulate=False):
+                  cast_optional_params=False, *, emulate=False, keep_float32=None):
     """A float32 checkpoint in mixed precision: ``(sym, arg_params, aux_params)`` converted, each
     parameter in the dtype the converted graph gives it (bfloat16 stored as MXNet stores it), as
     ``mxnet.contrib.amp.convert_model``.  The inputs that are not parameters are data; the other
@@ -129,7 +143,7 @@ def convert_model(sym, arg_params, aux_params, target_dtype="float16", target_dt
                   if name not in arg_params and name not in aux_params]
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
                                conditional_fp32_ops, excluded_sym_names, data_names,
-                               cast_optional_params, emulate=emulate)
+                               cast_optional_params, emulate=emulate, keep_float32=keep_float32)
     args, aux = cast_params(arg_params, aux_params, converted, data_names=data_names,
                             allow_missing=True, allow_extra=True)
     return converted, dict(arg_params, **args), dict(aux_params, **aux)
@@ -153,14 +167,16 @@ def _block_graph(block):
 
 def convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, fp32_ops=None,
                          conditional_fp32_ops=None, excluded_sym_names=None, ctx=None,
-                         cast_optional_params=False, *, emulate=None):
+                         cast_optional_params=False, *, emulate=None, keep_float32=None):
     """A new ``SymbolBlock`` running ``block`` in mixed precision, for inference, as
     ``mxnet.contrib.amp.convert_hybrid_block``; ``block`` and its float32 values stay as they are.
 
     ``block`` must have been hybridized and called once (its graph is the one it cached), as
     MXNet AMP requires.  ``ctx`` (a Context or a list) is where the parameters live; None means
     the current context (MXNet AMP's default is ``mx.gpu(0)``).  ``emulate`` None: float16 is
-    emulated when ``ctx`` is a CPU.
+    emulated when ``ctx`` is a CPU.  ``excluded_sym_names`` are op names kept float32, as MXNet's;
+    mxfp16's ``keep_float32`` selects blocks as :func:`mxfp16.cast_block`'s (block paths, Gluon
+    names, Block subclasses, Blocks of ``block``): their ops join ``excluded_sym_names``.
 
     Raises
     ------
@@ -168,6 +184,8 @@ def convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, f
         If ``block`` is not a HybridBlock.
     RuntimeError
         If it has not run hybridized yet.
+    ValueError
+        For a ``keep_float32`` selector that matches no block of ``block``.
     mx.base.MXNetError
         For ``emulate=False`` with a CPU ``ctx``: the float16 graph cannot run there.
 
@@ -188,9 +206,10 @@ def convert_hybrid_block(block, target_dtype="float16", target_dtype_ops=None, f
     on_cpu = any(context.device_type == "cpu" for context in contexts)
     emulate = (dtype == "float16" and on_cpu) if emulate is None else emulate
     data_names, sym = _block_graph(block)
+    keep = None if keep_float32 is None else block_keep(block, keep_float32)[0]
     converted = convert_symbol(sym, dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                               excluded_sym_names, data_names, cast_optional_params,
-                               emulate=emulate)
+                               _excluded(sym, check_excluded(excluded_sym_names), keep),
+                               data_names, cast_optional_params, emulate=emulate)
     if on_cpu and dtype == "float16" and not emulate and float16_gemms(converted, data_names):
         raise cpu_error(float16_gemms(converted, data_names))
     values = {name: float32_value(param) for name, param in block.collect_params().items()}
@@ -237,12 +256,13 @@ def _checked_bucketing(bucketing_mod):
 
 def convert_bucketing_module(bucketing_mod, target_dtype="float16", target_dtype_ops=None,
                              fp32_ops=None, conditional_fp32_ops=None, excluded_sym_names=None,
-                             cast_optional_params=False, *, emulate=None):
+                             cast_optional_params=False, *, emulate=None, keep_float32=None):
     """A new ``BucketingModule`` whose buckets, those bound so far and every later one, run in
     mixed precision, with the module's parameters converted, as
     ``mxnet.contrib.amp.convert_bucketing_module``.  It comes bound to the default bucket as the
     module was (for training or not); it switches buckets, trains and predicts in each.
-    ``emulate`` None: float16 is emulated when the module runs on a CPU.
+    ``emulate`` None: float16 is emulated when the module runs on a CPU.  ``keep_float32``:
+    op-name globs, as :func:`convert_symbol`'s.
 
     Raises
     ------
@@ -261,7 +281,8 @@ def convert_bucketing_module(bucketing_mod, target_dtype="float16", target_dtype
     options = dict(target_dtype=dtype, target_dtype_ops=target_dtype_ops, fp32_ops=fp32_ops,
                    conditional_fp32_ops=conditional_fp32_ops,
                    excluded_sym_names=excluded_sym_names,
-                   cast_optional_params=cast_optional_params, emulate=emulate)
+                   cast_optional_params=cast_optional_params, emulate=emulate,
+                   keep_float32=keep_float32)
     _, args, aux = convert_model(sym_gen(default_key)[0], arg_params, aux_params, **options)
     params = set(args) | set(aux)
 

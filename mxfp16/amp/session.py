@@ -13,7 +13,9 @@ call, losses and blocks no AMP Trainer updates (GluonCV's target generators, YOL
 clears its cached graph outside ``hybridize()`` (GluonCV's ``set_nms``, ``reset_class``) is traced
 again at its next call.  ``amp.reset()`` removes every wrapper.
 """
+import functools
 import logging
+import operator
 import threading
 import weakref
 
@@ -23,6 +25,8 @@ from mxnet import gluon
 from .. import mxnet_internals
 from ..casting import CastBlock, cast_block
 from ..casting.deploy import float32_value
+from ..casting.keep import block_keep, op_keep
+from ..casting.selectors import BlockIndex
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +59,16 @@ class Session:
     ----------
     target_dtype : {'float16', 'bfloat16'}
     op_lists : dict
-        The ``*_ops`` arguments given to ``init`` (checked), kept for :func:`amp.convert_symbol`.
+        The ``*_ops`` arguments given to ``init`` (checked), kept for :func:`amp.convert_symbol`;
+        its ``fp32_ops`` also stay float32 in every network cast.
+    keep_float32 : list, optional
+        ``init``'s selectors (checked): the blocks each network cast keeps in float32.
     """
 
-    def __init__(self, target_dtype, op_lists):
+    def __init__(self, target_dtype, op_lists, keep_float32=()):
         self.target_dtype = target_dtype
         self.op_lists = op_lists
+        self.keep_float32 = list(keep_float32 or ())
         self._trained = weakref.WeakSet()  # Parameters of Trainers given to init_trainer
         # block -> [CastBlock, its hybridize flags, whether the block's graph changed since]
         self._casts = weakref.WeakKeyDictionary()
@@ -83,12 +91,27 @@ class Session:
         if entry[2]:  # first call, or the block's graph changed since (set_nms)
             if entry[0] is not None:  # GluonCV's validation calls set_nms every epoch: free the
                 mxnet_internals.release_cached_ops(entry[0])  # old graphs' memory at once
-            entry[:] = [cast_block(block, self.target_dtype), None, False]
+            entry[:] = [cast_block(block, self.target_dtype, keep_float32=self.keep_for(block)),
+                        None, False]
         flags = mxnet_internals.hybridize_flags(block)
         if flags != entry[1]:  # the script's hybridize(), before or after the cast
             entry[0].hybridize(flags is not None, **(flags or {}))
             entry[1] = flags
         return entry[0]
+
+    def keep_for(self, block):
+        """What ``block``'s cast keeps in float32: the ops of ``fp32_ops`` (MXNet AMP's op types),
+        and the blocks of ``keep_float32``, of which a Block of another network is left out
+        (strings and classes must match in every network cast: one line naming the nearest
+        paths)."""
+        keeps = [op_keep(self.op_lists["fp32_ops"])] if self.op_lists.get("fp32_ops") else []
+        if self.keep_float32:
+            index = BlockIndex(block)
+            selectors = [s for s in self.keep_float32
+                         if not isinstance(s, gluon.Block) or index.path_of(s) is not None]
+            if selectors:
+                keeps.append(block_keep(index, selectors)[0])
+        return functools.reduce(operator.or_, keeps) if keeps else None
 
     def graph_changed(self, block):
         """``block`` cleared its cached graph (``set_nms``): trace it again at its next call (its

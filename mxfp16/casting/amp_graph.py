@@ -49,19 +49,22 @@ def _entry_dtype(rw, types, old_entry):
     return types.get(f"{name}_output{index}", types.get(f"{name}_output") if index == 0 else None)
 
 
-def _float32_inputs(sym, wanted, data_names):
+def _float32_inputs(sym, wanted, data_names, kept=frozenset()):
     """Cast to float32 the float values the nodes ``wanted(rw) -> old ids`` selects read: not
-    their index inputs, integer values (shapes, top-k indices) or parameters (AMP gives those
-    their dtype; BatchNorm's running statistics must stay variables).  ``sym`` is stripped of an
-    earlier cast's nodes already; the casts of the passes before this one are kept."""
+    their index inputs, integer values (shapes, top-k indices), parameters (AMP gives those
+    their dtype; BatchNorm's running statistics must stay variables) or a cast to float32 of an
+    earlier pass.  ``sym`` is stripped of an earlier cast's nodes already; the casts of the
+    passes before this one are kept.  The ops named in ``kept`` (``keep_float32``'s) are left
+    to AMP's pass, which casts the inputs of its excluded ops itself, and only where needed."""
     rw = GraphRewriter(sym, drop_inserted=False)
-    chosen = wanted(rw)
+    chosen = {old_id for old_id in wanted(rw) if rw.old_nodes[old_id]["name"] not in kept}
     types = internal_dtypes(sym, data_names) if chosen else {}
 
     def read_as_is(position, entry, skip):
         source = rw.old_nodes[entry[0]]
         return position in skip or _entry_dtype(rw, types, entry) not in _FLOATS or (
-            source["op"] == "null" and source["name"] not in data_names)
+            source["op"] == "null" and source["name"] not in data_names) or \
+            node_dtype(source) == "float32"
 
     for old_id, node in rw.nodes_in_order():
         if old_id not in chosen:
@@ -109,7 +112,7 @@ def _no_bfloat16_kernel(rw):
             if node["op"] != "null" and _lacks_bfloat16_kernel(node["op"])}
 
 
-def _reads_float32(rw):
+def _reads_float32(rw, kept=frozenset()):
     """Ops AMP's bfloat16 pass runs in whatever dtype reaches them (Concat, Pooling, the widest-
     type ops) that read a float32 value (from an op without a bfloat16 kernel, as YOLOv3's
     upsampling ``repeat`` or DeepLab's ASPP resize): their float inputs are cast to float32
@@ -119,7 +122,8 @@ def _reads_float32(rw):
     output as bfloat16 (DeepLab's global pooling then fed float32 to a bfloat16 convolution)."""
     float32 = {old_id for old_id, node in enumerate(rw.old_nodes)
                if node["op"] == "null" or _lacks_bfloat16_kernel(node["op"])
-               or node["op"] in _bf16_lists.FP32_FUNCS or node_dtype(node) == "float32"}
+               or node["op"] in _bf16_lists.FP32_FUNCS or node_dtype(node) == "float32"
+               or node["name"] in kept}
     follows = set(_bf16_lists.BF16_FP32_FUNCS) | set(_bf16_lists.WIDEST_TYPE_CASTS)
     chosen = set()
     for old_id, node in enumerate(rw.old_nodes):
@@ -195,20 +199,33 @@ def _last_line(error):
     return lines[-1] if lines else type(error).__name__
 
 
-def cast_with_amp(sym, dtype, data_names):
+def _kept_names(sym, keep):
+    """The names of the ops of ``sym`` that ``keep`` (``keep_float32``'s) keeps."""
+    return frozenset() if keep is None else frozenset(
+        node["name"] for node in GraphRewriter(sym, drop_inserted=False).old_nodes
+        if node["op"] != "null" and keep(node["name"], node["op"]))
+
+
+def cast_with_amp(sym, dtype, data_names, keep=None):
     """MXNet's AMP pass with its own op lists, after mxfp16's rules (see the module docstring);
-    outputs come back as float32."""
-    plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names)
+    outputs come back as float32.  The ops ``keep`` keeps (``keep_float32``) go to the pass's
+    ``excluded_sym_names``: it runs them in float32, their inputs cast to float32 and their
+    parameters float32, as MXNet AMP's conversions keep the ops they are given."""
+    plain = _float32_inputs(strip(sym, data_names), float32_tail, data_names,
+                            _kept_names(sym, keep))
     if dtype == "bfloat16":  # Convolutions, which run in bfloat16, for oneDNN's Deconvolution
         plain = _bfloat16_equivalents(deconvolution_as_convolution(plain))
-        plain = pad_output_channels(plain)  # channels in oneDNN's blocks of 16
-        plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names)
-        plain = _float32_inputs(plain, _reads_float32, data_names)
+        # channels in oneDNN's blocks of 16
+        plain = pad_output_channels(plain, _kept_names(plain, keep))
+        kept = _kept_names(plain, keep)
+        plain = _float32_inputs(plain, _no_bfloat16_kernel, data_names, kept)
+        plain = _float32_inputs(plain, lambda rw: _reads_float32(rw, kept), data_names, kept)
     nodes = GraphRewriter(plain).old_nodes
     before = {node["name"] for node in nodes}
+    kept = _kept_names(plain, keep)
     # AMP's pass casts the inputs of its excluded ops to float32 and runs them so
-    excluded = [node["name"] for node in nodes
-                if dtype == "bfloat16" and applies("bfloat16_float32", node)]
+    excluded = [node["name"] for node in nodes if node["name"] in kept or (
+        dtype == "bfloat16" and applies("bfloat16_float32", node))]
     try:
         with mxnet_internals.amp_lists_extended(dtype, numpy_amp_lists(dtype)):
             converted = amp.convert_symbol(_with_stand_ins(plain, dtype), target_dtype=dtype,

@@ -16,6 +16,7 @@ from ..scaling.overflow import all_finite
 from ..scaling.heads import symbol_ops
 from ..optimizers import master_copies
 from . import deploy
+from .keep import kept_ops
 from .signature import call_structure, describe_call, is_plain_call
 
 #: Dtypes :meth:`CastBlock.save_parameters` writes: float32 (loadable by the float32 network) or the
@@ -342,6 +343,17 @@ class CastBlock(CastCheckpoints, gluon.SymbolBlock):
     #: ``cast_symbol`` with the mode this network was cast in (set by ``cast_block``): how
     #: :meth:`export` builds the float16 graph.
     recast = None
+
+    #: The paths of the blocks ``keep_float32`` keeps: each selected block and every block inside
+    #: it, in ``print(net)`` order (see :func:`mxfp16.cast_block`); empty when nothing is kept or
+    #: the network was a ``SymbolBlock`` selected by op names.
+    keep_float32 = ()
+    _keep = None
+
+    @property
+    def kept_ops(self):
+        """The names of the ops of the inference graph that ``keep_float32`` keeps in float32."""
+        return kept_ops(self.graphs[0], self._keep)
 
     def export(self, path, epoch=0, remove_amp_cast=True, dtype="float32", emulate=False):
         """Write ``PATH-symbol.json`` and ``PATH-NNNN.params`` that plain MXNet loads: the float32

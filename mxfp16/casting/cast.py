@@ -20,7 +20,9 @@ from .plain_block import cast_children
 from .emulation import emulate_float16, resolve_emulate
 from .full_graph import cast_whole_graph
 from .graph import internal_dtypes
+from .keep import Keep, block_keep, graph_keep, kept_ops
 from .rules import check_dtype, check_mode
+from .selectors import block_paths
 from .signature import ImperativeCallError
 from .tracing import cast_parameters, data_input_names, trace_plain, variant_tracer
 
@@ -39,7 +41,17 @@ def _check_data_names(sym, data_names):
                          "data_names=[...] with the names of the graph's data inputs")
 
 
-def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("data",)):
+def _graph_keep(sym, keep_float32):
+    """The :class:`~mxfp16.casting.keep.Keep` of a graph's ``keep_float32`` (None: nothing kept)."""
+    if keep_float32 is None or isinstance(keep_float32, Keep):
+        return keep_float32
+    if isinstance(keep_float32, (list, tuple)) and not keep_float32:
+        return None
+    return graph_keep(sym, keep_float32)
+
+
+def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("data",),
+                keep_float32=None):
     """Cast a Symbol graph for mixed-precision training.
 
     Parameters
@@ -56,6 +68,14 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
         ops MXNet's AMP lists keep in float32.  ``'amp'``: MXNet's AMP pass decides op by op.
     data_names : sequence of str
         The data inputs; each gets a cast to float16.  Labels and parameters are not cast.
+    keep_float32 : str, gluon.Block, or a sequence of them, optional
+        Ops that run in float32, with float32 parameters, whatever the cast: a string is a glob
+        matched against each op's name and the Gluon names it starts with (``'fc2'``,
+        ``'resnetv10_stage4_*'``: the op ``'resnetv10_stage4_conv0_fwd'`` carries the names
+        ``'resnetv10'``, ``'resnetv10_stage4'``, ``'resnetv10_stage4_conv0'``); a Block of the
+        network the graph was traced from selects the ops its prefixes (and those of the blocks
+        inside it) start.  Casts sit only where a kept op meets a float16 op.  See
+        :func:`cast_block`.
 
     Returns
     -------
@@ -69,7 +89,8 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     TypeError
         If ``sym`` is not a Symbol.
     ValueError
-        For an unknown ``dtype`` or ``mode``, or a data name the graph does not have.
+        For an unknown ``dtype`` or ``mode``, a data name the graph does not have, or a
+        ``keep_float32`` selector that selects no op (naming it and the nearest names).
 
     Examples
     --------
@@ -80,6 +101,10 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     >>> arg_types, _, _ = cast.infer_type(data='float32')
     >>> dict(zip(cast.list_arguments(), [t.__name__ for t in arg_types]))['fc_weight']
     'float16'
+    >>> kept = cast_symbol(net, 'float16', emulate=False, keep_float32=['fc'])
+    >>> arg_types, _, _ = kept.infer_type(data='float32')
+    >>> dict(zip(kept.list_arguments(), [t.__name__ for t in arg_types]))['fc_weight']
+    'float32'
     """
     if not isinstance(sym, mx.sym.Symbol):
         raise TypeError(f"cast_symbol takes an mx.sym.Symbol, got {_describe(sym)}: "
@@ -88,17 +113,18 @@ def cast_symbol(sym, dtype="float16", emulate=None, mode="full", data_names=("da
     check_mode(mode)
     data_names = tuple(data_names)
     _check_data_names(sym, data_names)
+    keep = _graph_keep(sym, keep_float32)  # checked in float32 too: a typo fails every dtype
     if dtype == "float32":
         return sym
     if dtype == "bfloat16":
         resolve_emulate(emulate, dtype)
-        return cast_with_amp(sym, dtype, data_names)
-    gpu = cast_whole_graph(sym, data_names) if mode == "full" else \
-        cast_with_amp(sym, dtype, data_names)
+        return cast_with_amp(sym, dtype, data_names, keep)
+    gpu = cast_whole_graph(sym, data_names, keep) if mode == "full" else \
+        cast_with_amp(sym, dtype, data_names, keep)
     if not resolve_emulate(emulate, dtype):
         return gpu
     plan = internal_dtypes(gpu, data_names)
-    return emulate_float16(sym, plan, data_names)
+    return emulate_float16(sym, plan, data_names, frozenset(kept_ops(sym, keep)))
 
 
 
@@ -123,7 +149,8 @@ def _default_layouts(params):
 
 
 
-def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None):
+def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=None,
+               keep_float32=None):
     """Prepare a Gluon HybridBlock for mixed-precision training and inference: ``net.cast``'s
     replacement.
 
@@ -171,6 +198,28 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         of states (``net(x, begin_state)`` returning ``(output, states)``), optional inputs given
         or left out, or another number of inputs are traced from ``block`` on their first use.
         A call ``block`` itself does not take is one ``TypeError`` naming both.
+    keep_float32 : selector or sequence of selectors, optional
+        Blocks whose ops run in float32 and whose parameters stay float32, whatever ``dtype``
+        and ``mode`` (the fix for a layer that overflows float16).  A selector is a Block of the
+        network (``net.encoder.attention``), a Block subclass (every instance), or a glob
+        (``fnmatch``, case-sensitive) matched against the block paths, the children's names
+        joined by ``'.'`` as ``print(net)`` shows them (``'features.3'``,
+        ``'encoder.*.attention'``), and against the blocks' Gluon names (``'dense0'``); a string
+        matching other blocks as a path than as a name is refused.  A selected block keeps every
+        block inside it.  An op is kept when the block it belongs to is (the innermost block
+        whose Gluon prefix starts the op's name: ``hybrid_forward`` runs in the block's
+        ``name_scope``), so the parent's own ops between its children (a residual addition) are
+        the parent's.  Casts sit only where a kept op meets a float16 op (mode ``'amp'``: MXNet
+        AMP's pass keeps them through its ``excluded_sym_names``); the CPU emulation reads the
+        data unrounded into a kept op and rounds a kept op's output where a float16 op reads it,
+        as the GPU graph casts it there.  For a ``SymbolBlock`` (whose blocks are gone) a string
+        is a glob of its op names and of the Gluon names they start with
+        (``'resnetv10_stage4'``), and a Block of the network it was traced from selects the ops
+        of its prefixes; a plain Block's kept parts stay float32 HybridBlocks, uncast.
+        A selector that matches nothing is one ``ValueError`` naming it and the nearest block
+        paths, also with ``dtype='float32'``.  Checkpoints are unchanged: float32 values under the
+        float32 network's names.  The cast network's ``keep_float32`` lists the kept paths and
+        ``kept_ops`` the kept ops of its inference graph.
 
     Returns
     -------
@@ -185,7 +234,8 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
         If ``block`` is not a HybridBlock; a :class:`~mxfp16.numpy_interface.FrontEndError` if its
         layers are of the other front end than the one on (``npx.set_np()`` or not).
     ValueError
-        For an unknown ``dtype`` or ``mode``.
+        For an unknown ``dtype`` or ``mode``, or a ``keep_float32`` selector that matches no
+        block (or other blocks as a path than as a Gluon name).
 
     Examples
     --------
@@ -199,6 +249,15 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
     ('float16', 'float32')
     >>> net16(mx.nd.ones((4, 3))).dtype.__name__
     'float32'
+
+    One block kept in float32 (its path, as ``print(net)`` shows it):
+
+    >>> net = nn.HybridSequential()
+    >>> net.add(nn.Dense(8, in_units=3), nn.Dense(8, in_units=8), nn.Dense(2, in_units=8))
+    >>> net.initialize()
+    >>> net16 = cast_block(net, 'float16', keep_float32=['1'])
+    >>> [layer.weight.data().dtype.__name__ for layer in net], net16.keep_float32
+    (['float16', 'float32', 'float16'], ('1',))
     """
     plain = isinstance(block, gluon.Block) and not isinstance(block, gluon.HybridBlock) \
         and bool(mxnet_internals.block_children(block))
@@ -207,17 +266,49 @@ def cast_block(block, dtype="float16", emulate=None, mode="full", input_names=No
                         "make the network hybridizable, or pass a Symbol to cast_symbol")
     dtype = check_dtype(dtype)
     check_mode(mode)
+    keep = _block_keep(block, keep_float32)  # checked in float32 too: a typo fails every dtype
     if dtype == "float32":
         return block
     if plain:  # its HybridBlock parts cast in place, float32 checkpoints (see plain_block)
-        return cast_children(block, functools.partial(cast_block, dtype=dtype, emulate=emulate,
-                                                      mode=mode))
+        return _cast_plain(block, keep, functools.partial(cast_block, dtype=dtype,
+                                                          emulate=emulate, mode=mode))
     if dtype == "bfloat16":
         _default_layouts(block.collect_params())
-    cast_graph = functools.partial(cast_symbol, dtype=dtype, emulate=emulate, mode=mode)
+    cast_graph = functools.partial(cast_symbol, dtype=dtype, emulate=emulate, mode=mode,
+                                   keep_float32=keep)
     traced = _symbol_block_traces(block, cast_graph) if isinstance(block, gluon.SymbolBlock) \
         else _hybrid_block_traces(block, cast_graph, input_names_given=input_names)
-    return _cast_network(block, dtype, mode, traced)
+    return _cast_network(block, dtype, mode, traced, keep)
+
+
+def _block_keep(block, keep_float32):
+    """The :class:`~mxfp16.casting.keep.Keep` of ``keep_float32`` on a network (None: nothing
+    kept): by its blocks, or by the names of its graph's ops for a ``SymbolBlock`` that is not a
+    cast network (whose blocks are gone)."""
+    if keep_float32 is None or isinstance(keep_float32, Keep):
+        return keep_float32
+    if isinstance(keep_float32, (list, tuple)) and not keep_float32:
+        return None
+    if isinstance(block, gluon.SymbolBlock) and vars(block).get("_original") is None:
+        return graph_keep(_block_graphs(block)[1], keep_float32)
+    return block_keep(block, keep_float32)[0]
+
+
+def _cast_plain(block, keep, cast):
+    """A plain Block's HybridBlock parts cast in place with ``cast``: a part ``keep`` keeps whole
+    stays float32, the others are cast keeping the blocks ``keep`` keeps inside them."""
+    if keep is None:
+        return cast_children(block, lambda child, path: cast(child))
+    paths = block_paths(block)
+
+    def cast_part(child, path):
+        if path in keep.paths:
+            return child
+        inside = [paths[p] for p in keep.paths if p.startswith(path + ".")]
+        return cast(child, keep_float32=inside or None)
+    cast_children(block, cast_part)
+    block.keep_float32 = keep.paths
+    return block
 
 
 #: What tracing a block gave: the cast graphs (inference, training or None), the data inputs, the
@@ -277,15 +368,19 @@ def _deferred_traces(block, tracer, numpy, error):
     return _Traced((graph, None), [], trace, (0, [], None), None, numpy)
 
 
-def _cast_network(block, dtype, mode, traced):
-    """The :class:`CastBlock` of the traces, with the block's hybridize settings."""
+def _cast_network(block, dtype, mode, traced, keep=None):
+    """The :class:`CastBlock` of the traces, with the block's hybridize settings and what
+    ``keep`` (``keep_float32``'s) keeps."""
     keys = block.param_keys if isinstance(block, CastBlock) else \
         mxnet_internals.block_param_keys(block)
     cast = CastBlock(traced.graphs, traced.data_names, block.collect_params(), keys, dtype,
                      tracer=traced.tracer, plain=traced.plain,
                      original=None if traced.tracer is None else block,
                      plain_training=traced.plain_training, numpy=traced.numpy)
-    cast.recast = functools.partial(cast_symbol, mode=mode)  # export's float16 graph
+    # export's float16 graph, with the same blocks kept
+    cast.recast = functools.partial(cast_symbol, mode=mode, keep_float32=keep)
+    cast._keep = keep
+    cast.keep_float32 = () if keep is None else keep.paths
     flags = mxnet_internals.hybridize_flags(block)
     if flags is not None:
         cast.hybridize(True, **flags)

@@ -76,8 +76,9 @@ def _emit(rw, node, inputs, extra):
     return (rw.emit(sliced, [out]), 0, 0)
 
 
-def pad_output_channels(sym):
-    """``sym`` with each convolution that :func:`padding` names padded (see the module docstring).
+def pad_output_channels(sym, kept=frozenset()):
+    """``sym`` with each convolution that :func:`padding` names padded (see the module docstring),
+    but those named in ``kept`` (kept float32 by ``keep_float32``: no bfloat16 kernel to feed).
 
     Examples
     --------
@@ -95,7 +96,7 @@ def pad_output_channels(sym):
     rw = GraphRewriter(sym, drop_inserted=False)
     for old_id, node in rw.nodes_in_order():
         extra = padding(node)
-        if extra and _leading_dim_known(rw.old_nodes, node):
+        if extra and node["name"] not in kept and _leading_dim_known(rw.old_nodes, node):
             rw.replace(old_id, _emit(rw, node, [rw.input_entry(e) for e in node["inputs"]],
                                      extra))
         else:

@@ -12,7 +12,9 @@ GPU stores float16 at a matrix multiply:
   above 65504 to inf; below 2**-24 to zero, subnormals kept) and back to float32.  The rounding is a
   pair of ``Cast`` ops, whose backward rounds the gradient through float16 at the same place;
 * **inside a GEMM** the products are accumulated in float32, as Tensor Cores and cuDNN do;
-* **the data** entering the network are rounded to float16, as the GPU graph's input cast does;
+* **the data** entering the network are rounded to float16 where a float16 op reads them, as the
+  GPU graph's input cast does; an op the GPU graph runs in float32 (one ``keep_float32`` keeps, a
+  softmax of the data) reads them as they come;
 * normalization layers, softmax and losses see float32, with float32 parameters, as on a GPU.
 
 Between GEMMs (BatchNorm, activations, pooling, additions) values stay float32 on the CPU while a GPU
@@ -94,10 +96,11 @@ def is_grid_preserving(node):
 class _Emulator:
     """Rewrites a float32 graph into its emulated float16 form, following a GPU graph's dtypes."""
 
-    def __init__(self, sym, plan, data_names):
+    def __init__(self, sym, plan, data_names, kept=frozenset()):
         self.rw = GraphRewriter(sym)
         self.plan = plan
         self.data_names = set(data_names)
+        self.kept = kept  # names of the ops keep_float32 keeps
         self.rounded = set()  # new node ids whose outputs are rounded on every use
         self.half_params = set()  # new node ids of float16 parameters
         self.on_grid = set()  # new node ids whose outputs already are float16 values
@@ -168,11 +171,31 @@ class _Emulator:
         if node["op"] in EXACT_CONSTANT_OPS:
             self.on_grid.add(new_id)
 
+    def runs_in_float32(self, node):
+        """Whether the GPU graph runs ``node`` in float32 (a float32 op, one ``keep_float32``
+        keeps): it reads the data as they come, where a float16 op reads them cast to float16."""
+        name = node["name"]
+        return self.plan.get(f"{name}_output", self.plan.get(f"{name}_output0")) == "float32"
+
+    def read(self, old_entry, node, position, skip):
+        """The entry ``node`` reads at input ``position``: index inputs (token ids) as they are
+        (rounding would change ids above 2048), the data unrounded (in float32) by an op the
+        GPU graph runs in float32, the output of a kept op rounded by an op it runs in float16
+        (the GPU graph's cast there: a kept block's overflow out of it is float16's), any other
+        value through :meth:`use`."""
+        if position in skip:
+            return self.rw.input_entry(old_entry)
+        entry = self.rw.input_entry(old_entry)
+        if entry[0] in self.inputs and node_dtype(node) is None and self.runs_in_float32(node):
+            return self.rw.cast(entry, "float32")
+        if self.rw.old_nodes[old_entry[0]]["name"] in self.kept and node_dtype(node) is None \
+                and self.runs_in_float16(node):
+            return self.round(entry)
+        return self.use(old_entry)
+
     def operator(self, old_id, node):
         skip = INDEX_INPUTS.get(node["op"], ())
-        # Index inputs (token ids) are read as they are: rounding would change ids above 2048.
-        inputs = [self.rw.input_entry(e) if i in skip else self.use(e)
-                  for i, e in enumerate(node["inputs"])]
+        inputs = [self.read(e, node, i, skip) for i, e in enumerate(node["inputs"])]
         values = [e for i, e in enumerate(inputs) if i not in skip]
         cast_to = node_dtype(node)
         if cast_to is not None and not self.casts_a_float(node):
@@ -226,7 +249,7 @@ class _Emulator:
         return self.rw.to_symbol([self.use(head) for head in self.rw.old_heads])
 
 
-def emulate_float16(sym, plan, data_names):
+def emulate_float16(sym, plan, data_names, kept=frozenset()):
     """Rewrite float32 graph ``sym`` so that it computes in float32 with float16 rounding.
 
     Parameters
@@ -238,6 +261,9 @@ def emulate_float16(sym, plan, data_names):
         which parameters are float16 and which GEMMs run in float16.
     data_names : sequence of str
         The graph's data inputs.
+    kept : set of str
+        The names of the ops ``keep_float32`` keeps: float32 in ``plan``, their outputs rounded
+        where a float16 op reads them, as the GPU graph casts them there.
 
     Returns
     -------
@@ -246,4 +272,4 @@ def emulate_float16(sym, plan, data_names):
         convolutions are Convolutions (:mod:`mxfp16.casting.transposed`): oneDNN's Deconvolution
         cannot train with the float16 weight cast to float32 that emulation feeds it.
     """
-    return _Emulator(deconvolution_as_convolution(sym), plan, data_names).run()
+    return _Emulator(deconvolution_as_convolution(sym), plan, data_names, kept).run()

@@ -20,10 +20,11 @@ def _created_dtype(node):
     return "float32" if dtype == "None" else dtype
 
 
-def _target_dtype(node, tail=False):
-    """The dtype an op with inputs runs in, in the float16 graph (``tail``: no GEMM reads it)."""
+def _target_dtype(node, tail=False, kept=frozenset()):
+    """The dtype an op with inputs runs in, in the float16 graph (``tail``: no GEMM reads it;
+    ``kept``: the names of the ops ``keep_float32`` keeps)."""
     return node_dtype(node) or (
-        "float32" if tail or applies("float32", node) else "float16")
+        "float32" if tail or node["name"] in kept or applies("float32", node) else "float16")
 
 
 def _skipped(op):
@@ -31,9 +32,10 @@ def _skipped(op):
     return INDEX_INPUTS.get(op, ()) + SHAPE_INPUTS.get(op, ())
 
 
-def _consumer_dtypes(rw, tail, shape_only=frozenset()):
+def _consumer_dtypes(rw, tail, shape_only=frozenset(), kept=frozenset()):
     """``{old node id: set of dtypes its consumers run in}``, index and shape inputs, and the
-    ops read only for their shape, left out."""
+    ops read only for their shape, left out.  A value a kept op reads counts as read in float32
+    twice over (``'kept'``): a parameter of a kept op stays float32."""
     wanted = {}
     for old_id, node in enumerate(rw.old_nodes):
         if node["op"] == "null" or not node["inputs"] or node.get("attrs", {}).get(MARK) \
@@ -42,7 +44,9 @@ def _consumer_dtypes(rw, tail, shape_only=frozenset()):
         skip = _skipped(node["op"])
         for position, entry in enumerate(node["inputs"]):
             if position not in skip:
-                wanted.setdefault(entry[0], set()).add(_target_dtype(node, old_id in tail))
+                wanted.setdefault(entry[0], set()).add(_target_dtype(node, old_id in tail, kept))
+                if node["name"] in kept:
+                    wanted[entry[0]].add("kept")
     return wanted
 
 
@@ -71,7 +75,7 @@ _FLOAT_DTYPE_ATTRS = ("float32", "float16", "float64")
 _FLOAT_KINDS = ("float16", "float32")
 
 
-def _cast_op(rw, old_id, node, inputs, kind, tail):
+def _cast_op(rw, old_id, node, inputs, kind, tail, kept):
     """Emit an op with inputs in the float16 graph: its inputs cast to the dtype it runs in; return
     that dtype.  Ops on integer values (valid lengths, shape_array) stay so; shapes are read as is."""
     skip = _skipped(node["op"])
@@ -82,7 +86,7 @@ def _cast_op(rw, old_id, node, inputs, kind, tail):
     if kinds and all(k is not None and k not in _FLOAT_KINDS for k in kinds):
         rw.emit(node, inputs, old_id)
         return kinds[0]
-    target = _target_dtype(node, tail)
+    target = _target_dtype(node, tail, kept)
     other = {"float32": "float16", "float16": "float32"}[target]
     inputs = [rw.cast(e, target) if i not in skip and kind.get(e[0]) == other else e
               for i, e in enumerate(inputs)]
@@ -93,8 +97,12 @@ def _cast_op(rw, old_id, node, inputs, kind, tail):
     return target
 
 
-def cast_whole_graph(sym, data_names):
+def cast_whole_graph(sym, data_names, keep=None):
     """The GPU float16 graph of the MXNet float16 guide (no emulation).
+
+    ``keep`` (a :class:`~mxfp16.casting.keep.Keep`, from ``keep_float32``) names ops that run in
+    float32 whatever their op, with float32 parameters (a parameter a kept op reads stays float32,
+    cast to float16 where float16 ops read it too): casts only where they meet float16 ops.
 
     Every op runs in float16 but those of :data:`~mxfp16.casting.rules.FLOAT32_OPS`, which take float32
     and whose float16 consumers get a cast back, so a float32 op can sit anywhere in the graph
@@ -107,7 +115,9 @@ def cast_whole_graph(sym, data_names):
     tail = float32_tail(rw)
     boundary = Boundary(rw)
     shape_only = boundary.shape_only
-    consumers = _consumer_dtypes(rw, tail, shape_only)
+    kept = frozenset(node["name"] for node in rw.old_nodes
+                     if keep is not None and node["op"] != "null" and keep(node["name"], node["op"]))
+    consumers = _consumer_dtypes(rw, tail, shape_only, kept)
     kind = {}  # new node id -> 'float16' | 'float32' | None (parameters and unknown)
     for old_id, node in rw.nodes_in_order():
         if node["op"] == "null":
@@ -115,14 +125,15 @@ def cast_whole_graph(sym, data_names):
             if not is_data:  # declared float32 where only float32 ops read it (SSD's anchors,
                 # which slice_like reads without giving them a type), else left to inference
                 node = without_dtype(node)
-                if consumers.get(old_id) == {"float32"}:
+                read = consumers.get(old_id, set())
+                if read == {"float32"} or "kept" in read:
                     node = dict(node, attrs=dict(node.get("attrs", {}),
                                                  __dtype__=DTYPE_CODES["float32"]))
             new_id = rw.emit(node, [], old_id)
-            kind[new_id] = "float32" if is_data else None
+            kind[new_id] = "float32" if is_data or "kept" in consumers.get(old_id, ()) else None
             continue
         if not node["inputs"]:  # its dtype attribute decides, not the float16 rule
-            node = _created(node, consumers.get(old_id, set()))
+            node = _created(node, consumers.get(old_id, set()) - {"kept"})
             kind[rw.emit(node, [], old_id)] = _created_dtype(node)
             continue
         inputs = [rw.input_entry(e) for e in node["inputs"]]
@@ -131,11 +142,12 @@ def cast_whole_graph(sym, data_names):
         if target is None and old_id in shape_only and len(kinds) == 1:
             target = kinds.pop()  # its value is never used: no cast, its input's dtype
             rw.emit(node, inputs, old_id)
-        elif target is None and old_id in tail and boundary.stays_float16(old_id, node, kind):
+        elif target is None and old_id in tail and node["name"] not in kept and \
+                boundary.stays_float16(old_id, node, kind):
             target = "float16"
             rw.emit(node, inputs, old_id)
         elif target is None:
-            target = _cast_op(rw, old_id, node, inputs, kind, old_id in tail)
+            target = _cast_op(rw, old_id, node, inputs, kind, old_id in tail, kept)
         else:
             rw.emit(node, inputs, old_id)
         kind[len(rw.nodes) - 1] = target

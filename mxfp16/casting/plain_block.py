@@ -39,17 +39,19 @@ def float32_keys(block, prefix=""):
     return keys
 
 
-def cast_children(block, cast):
-    """Cast the HybridBlock parts of a plain Block in place with ``cast(child)`` (those of its plain
-    Block parts too, recursively), and give each plain Block the float32 checkpoints of
-    :class:`CastPlainBlock`; return ``block`` itself."""
+def cast_children(block, cast, prefix=""):
+    """Cast the HybridBlock parts of a plain Block in place with ``cast(child, path)`` (those of
+    its plain Block parts too, recursively; a part ``cast`` returns as it is stays), and give each
+    plain Block the float32 checkpoints of :class:`CastPlainBlock`; return ``block`` itself."""
     for name, child in mxnet_internals.block_children(block).items():
         if isinstance(child, CastBlock):
             continue
         if isinstance(child, gluon.HybridBlock):
-            mxnet_internals.replace_child(block, name, cast(child))
+            cast_child = cast(child, prefix + name)
+            if cast_child is not child:
+                mxnet_internals.replace_child(block, name, cast_child)
         else:
-            cast_children(child, cast)
+            cast_children(child, cast, f"{prefix}{name}.")
     if not isinstance(block, CastPlainBlock):
         cls = type(block)
         if cls not in _cast_classes:
@@ -88,6 +90,9 @@ class CastPlainBlock(CastCheckpoints):
     >>> network().load_parameters(path)  # the float32 network, no option
     >>> net.load_parameters(path)
     """
+
+    #: The paths of the blocks ``keep_float32`` keeps (see :func:`mxfp16.cast_block`).
+    keep_float32 = ()
 
     def _save_keys(self):
         return float32_keys(self)

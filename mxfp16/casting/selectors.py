@@ -30,7 +30,7 @@ from mxnet import gluon
 
 from .. import mxnet_internals
 
-__all__ = ["BlockIndex", "block_paths", "select_blocks"]
+__all__ = ["BlockIndex", "block_paths", "select_blocks", "selector_list"]
 
 
 def _structure(block):
@@ -64,17 +64,17 @@ def block_paths(block):
     >>> list(block_paths(net))
     ['0', '0.0', '0.1', '1']
     """
-    paths = {}
+    return dict(mxnet_internals.block_tree(
+        block, lambda parent: mxnet_internals.block_children(_structure(parent))))
 
-    def visit(parent, prefix, ancestors):
-        for name, child in mxnet_internals.block_children(_structure(parent)).items():
-            if id(child) in ancestors:  # a cycle: Gluon never builds one, but do not loop
-                continue
-            paths[prefix + name] = child
-            visit(child, f"{prefix}{name}.", ancestors | {id(child)})
 
-    visit(block, "", {id(block)})
-    return paths
+class _Named:
+    """A block known by its Gluon prefix alone: its ``prefix`` and ``name``, as Gluon makes the
+    name (the prefix without its trailing ``'_'``)."""
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+        self.name = prefix[:-1] if prefix.endswith("_") else prefix
 
 
 def _gluon_name(block):
@@ -110,6 +110,26 @@ class BlockIndex:
     def __init__(self, block):
         self.root = block
         self.paths = block_paths(block)
+        self._index_prefixes()
+
+    @classmethod
+    def from_prefixes(cls, prefixes):
+        """The index of a network known by ``{path: Gluon prefix}`` alone (a graph's
+        :attr:`mxfp16.models.Network.block_prefixes`): selected by paths and Gluon names.
+
+        Examples
+        --------
+        >>> index = BlockIndex.from_prefixes({'0': 'net_dense0_', '1': 'net_dense1_'})
+        >>> index.owner('net_dense1_fwd'), select_blocks(index, 'net_dense0')
+        ('1', {'net_dense0': ['0']})
+        """
+        index = cls.__new__(cls)
+        index.root = None
+        index.paths = {path: _Named(prefix) for path, prefix in prefixes.items()}
+        index._index_prefixes()
+        return index
+
+    def _index_prefixes(self):
         self._by_prefix = {}  # Gluon prefix -> path (the last, innermost, of equal prefixes)
         for path, child in self.paths.items():
             prefix = _structure(child).prefix
@@ -197,14 +217,32 @@ def _match(selector, index):
         return _match_string(selector, index)
     if inspect.isclass(selector) and issubclass(selector, gluon.Block):
         return [p for p, b in index.paths.items() if isinstance(_structure(b), selector)]
-    if isinstance(selector, gluon.Block):
-        if selector is index.root or selector is _structure(index.root):
-            raise ValueError("keep_float32 selects the network itself: cast_block(net, 'float32') "
-                             "keeps all of it; select the blocks inside it")
-        return [p for p, b in index.paths.items() if b is selector or _structure(b) is selector]
-    raise TypeError(f"keep_float32 selector {selector!r} ({type(selector).__name__}): give a "
-                    "Block of the network, a Block subclass, or a string (a glob of block paths "
-                    "such as 'features.3', or of Gluon names such as 'dense0')")
+    if selector is index.root or (index.root is not None and selector is _structure(index.root)):
+        raise ValueError("keep_float32 selects the network itself: cast_block(net, 'float32') "
+                         "keeps all of it; select the blocks inside it")
+    return [p for p, b in index.paths.items() if b is selector or _structure(b) is selector]
+
+
+def selector_list(selectors):
+    """``selectors`` as a list (one string, Block or class alone too), each of a kind a selector
+    may be, else ``TypeError`` naming it and the kinds.
+
+    Examples
+    --------
+    >>> selector_list('features.3')
+    ['features.3']
+    """
+    if isinstance(selectors, (str, gluon.Block)) or inspect.isclass(selectors):
+        selectors = [selectors]
+    selectors = list(selectors)
+    for selector in selectors:
+        if not (isinstance(selector, (str, gluon.Block)) or
+                (inspect.isclass(selector) and issubclass(selector, gluon.Block))):
+            raise TypeError(f"keep_float32 selector {selector!r} ({type(selector).__name__}): "
+                            "give a Block of the network, a Block subclass, or a string (a glob "
+                            "of block paths such as 'features.3', or of Gluon names such as "
+                            "'dense0')")
+    return selectors
 
 
 def select_blocks(block, selectors):
@@ -248,10 +286,8 @@ def select_blocks(block, selectors):
     print(net) shows the paths
     """
     index = block if isinstance(block, BlockIndex) else BlockIndex(block)
-    if isinstance(selectors, (str, gluon.Block)) or inspect.isclass(selectors):
-        selectors = [selectors]
     selected = {}
-    for selector in selectors:
+    for selector in selector_list(selectors):
         paths = _match(selector, index)
         if not paths:
             _no_match(selector, index, "matches no block")

@@ -143,7 +143,7 @@ def replace_classifier(network, num_classes, image_shape, layer_before_fullc=Non
         arg_params[name] = mx.nd.zeros(shapes[name])
         init(mx.init.InitDesc(name), arg_params[name])
     aux_params = {k: v for k, v in network.aux_params.items() if k in auxiliary}
-    return Network(symbol, arg_params, aux_params), head
+    return Network(symbol, arg_params, aux_params, block_prefixes=network.block_prefixes), head
 
 
 def pretrained_network(config):

@@ -23,7 +23,7 @@ from ..optimizers import NO_WD_SUFFIXES, make_trainer
 COMMAND_LINE_SETTINGS = ("lr", "wd", "momentum", "lr_scheduler")
 
 
-def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
+def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True, keep_float32=None):
     """A hybridized Gluon network for ``network``: ``(block, net)``.
 
     Parameters
@@ -37,6 +37,8 @@ def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
         ``wd_mult=0`` on biases and BatchNorm's gamma and beta.
     hybridize : bool
         ``False`` runs the network imperatively (GluonCV's ``--mode imperative``).
+    keep_float32 : mxfp16.casting.keep.Keep, optional
+        The ops that stay float32 (``--keep-float32``, :mod:`mxfp16.train.keep_float32`).
 
     Returns
     -------
@@ -64,7 +66,7 @@ def gluon_network(network, ctx, dtype, no_wd=False, hybridize=True):
         param.lr_mult = network.lr_mult.get(name, 1.0)
         if no_wd and name.endswith(NO_WD_SUFFIXES):
             param.wd_mult = 0.0
-    net = cast_block(block, dtype)
+    net = cast_block(block, dtype, keep_float32=keep_float32)
     if hybridize:
         # static_shape races on several devices in MXNet 1.9.1: BatchNorm's running statistics
         # came out wrong on one device in 2 of 8 identical runs (see docs/performance.md).
@@ -117,15 +119,17 @@ class GluonAPI:
         A checkpoint's Trainer state to restore.
     allow_pickle : bool
         Whether ``states_path`` may be a pickle (an older checkpoint's: see ``--allow-pickle``).
+    keep_float32 : mxfp16.casting.keep.Keep, optional
+        The ops that stay float32 (``--keep-float32``).
     """
 
     name = "gluon"
 
     def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
                  soft_targets=False, no_wd=False, states_path=None, hybridize=True,
-                 allow_pickle=False):
+                 allow_pickle=False, keep_float32=None):
         self.network, self.scaler, self.ctx = network, scaler, ctx
-        self.block, self.net = gluon_network(network, ctx, dtype, no_wd, hybridize)
+        self.block, self.net = gluon_network(network, ctx, dtype, no_wd, hybridize, keep_float32)
         self.trainer = make_trainer(self.block.collect_params(), optimizer, dtype, kvstore=kvstore,
                                     **optimizer_params)
         if states_path:

@@ -28,6 +28,7 @@ from .cli.compat import worker_profile
 from .cli.config import IMAGENET_TRAIN_IMAGES, contexts
 from .data import load_data
 from .gluon_api import GluonAPI
+from .keep_float32 import network_keep
 from .cli.gluoncv_states import load_gluoncv_states
 from .logs import EpochMeter, MetricsLog, epoch_line, settle_log_rank
 from .metrics import Accuracy, make_targets, mixup_data
@@ -314,7 +315,8 @@ def _make_api(config, network, scaler, data, *, ctx, kvstore, start, per_epoch):
     common = dict(ctx=ctx, dtype=config.dtype, kvstore=kvstore, optimizer=config.optimizer,
                   optimizer_params=params, soft_targets=bool(config.label_smoothing or config.mixup),
                   no_wd=config.no_wd, states_path=None if gluoncv_states else start.states_path,
-                  allow_pickle=config.allow_pickle)
+                  allow_pickle=config.allow_pickle,
+                  keep_float32=network_keep(network, config.keep_float32))
     if config.api == "gluon":
         api = GluonAPI(network, scaler, hybridize=config.mode != "imperative", **common)
         if gluoncv_states:

@@ -43,7 +43,8 @@ def training_symbol(network):
 
 
 def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore, optimizer,
-                optimizer_params, no_wd=False, states_path=None, allow_pickle=False):
+                optimizer_params, no_wd=False, states_path=None, allow_pickle=False,
+                keep_float32=None):
     """A bound, initialized ``BucketingModule`` for ``network`` in ``dtype``, and its optimizer.
 
     Parameters
@@ -67,6 +68,8 @@ def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore
         No weight decay on biases and BatchNorm's gamma and beta.
     states_path : str, optional
         A checkpoint's optimizer state to restore.
+    keep_float32 : mxfp16.casting.keep.Keep, optional
+        The ops that stay float32 (``--keep-float32``, :mod:`mxfp16.train.keep_float32`).
 
     Returns
     -------
@@ -85,7 +88,8 @@ def make_module(network, scaler, *, ctx, dtype, data_shape, label_shape, kvstore
     >>> module.get_params()[0]['fc_weight'].dtype.__name__, opt.multi_precision
     ('float16', True)
     """
-    sym = cast_symbol(training_symbol(network), dtype, data_names=(DATA_NAME,))
+    sym = cast_symbol(training_symbol(network), dtype, data_names=(DATA_NAME,),
+                      keep_float32=keep_float32)
     module = make_scaled_module(sym, scaler, data_names=(DATA_NAME,), label_names=(LABEL_NAME,),
                                 context=ctx, fixed_param_names=list(network.fixed_param_names),
                                 logger=log)
@@ -156,13 +160,13 @@ class ModuleAPI:
 
     def __init__(self, network, scaler, *, ctx, dtype, kvstore, optimizer, optimizer_params,
                  soft_targets=False, no_wd=False, states_path=None, data_shape, num_classes,
-                 allow_pickle=False):
+                 allow_pickle=False, keep_float32=None):
         self.network, self.scaler = network, scaler
         label_shape = (data_shape[0], num_classes) if soft_targets else (data_shape[0],)
         self.module, self._optimizer = make_module(
             network, scaler, ctx=ctx, dtype=dtype, data_shape=data_shape, label_shape=label_shape,
             kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params, no_wd=no_wd,
-            states_path=states_path, allow_pickle=allow_pickle)
+            states_path=states_path, allow_pickle=allow_pickle, keep_float32=keep_float32)
         self._num_devices = len(ctx)
         # Workers of a distributed kvstore (or Horovod) agree on skipping a step through it.
         self._step_kvstore = kvstore if isinstance(kvstore, mx.kvstore.KVStoreBase) else None

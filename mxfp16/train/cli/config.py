@@ -82,6 +82,7 @@ class TrainConfig:
     mixup_alpha: float = 0.2
     loss_scale: str = None
     max_consecutive_skips: int = 200
+    keep_float32: tuple = ()
     top_k: int = 5
     model_prefix: str = None
     resume: str = None
@@ -206,7 +207,8 @@ class TrainConfig:
         devices = _check_devices(self)
         dtype = _flag_check("--dtype", check_dtype, self.dtype)
         optimizer = _flag_check("--optimizer", check_optimizer, self.optimizer)
-        return dataclasses.replace(self, dtype=dtype, optimizer=optimizer, **devices)
+        return dataclasses.replace(self, dtype=dtype, optimizer=optimizer, **devices,
+                                   keep_float32=_keep_selectors(self.keep_float32))
 
     def to_dict(self):
         """The settings as JSON-ready plain values (checkpoints store them)."""
@@ -473,6 +475,14 @@ def _check_run_flags(config):
             and is_pickle_file(config.resume_states):
         raise ValueError(f"--resume-states {config.resume_states}: {PICKLE_RISK}; pass "
                          "--allow-pickle if you trust this file")
+
+
+def _keep_selectors(value):  # --keep-float32 as a tuple (from 'a,b' too), no selector empty
+    selectors = tuple(value.split(",") if isinstance(value, str) else value)
+    if not all(isinstance(s, str) and s.strip() for s in selectors):
+        raise ValueError(f"--keep-float32 {','.join(map(str, selectors))!r} has an empty selector: "
+                         "give block paths or names separated by commas, e.g. features.3,output")
+    return tuple(s.strip() for s in selectors)
 
 
 def _check_data_flags(config):

@@ -26,6 +26,18 @@ def int_tuple(text):
                                          "(e.g. 3,224,224)") from None
 
 
+def str_list(text):
+    """argparse type of comma-separated names: ``'features.3,output'`` -> ``('features.3',
+    'output')`` (empty names are kept for the config's check to name).
+
+    Examples
+    --------
+    >>> str_list('features.3,output')
+    ('features.3', 'output')
+    """
+    return tuple(str(text).split(","))
+
+
 def step_epochs(text):
     """argparse type of ``--lr-step-epochs``: epochs (``'30,60'`` -> ``(30, 60)``), or MXNet
     example's poly schedule ``'pow2'`` as it is.
@@ -148,6 +160,13 @@ def _add_optimizer_arguments(parser, d):
     group.add_argument("--max-consecutive-skips", type=int, default=d.max_consecutive_skips,
                        help="stop when this many steps in a row overflow at the minimum loss "
                             f"scale (default: {d.max_consecutive_skips})")
+    group.add_argument("--keep-float32", metavar="SELECTOR[,SELECTOR...]",
+                       type=str_list, default=d.keep_float32,
+                       help="blocks that stay float32 in a float16 or bfloat16 run, their ops "
+                            "and parameters: block paths of the network as print(net) shows "
+                            "them (features.3, output) or Gluon names (resnetv10_stage4), globs "
+                            "allowed; op names for a --pretrained-model checkpoint (default: "
+                            "none)")
 
 
 def _add_run_arguments(parser, d):
