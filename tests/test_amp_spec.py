@@ -301,11 +301,12 @@ def test_convert_symbol_of_a_real_model_by_default(dtype, resnet_like):
         np.testing.assert_allclose(output, expected, rtol=0.1, atol=0.05)
 
 
-def test_float16_graphs_refuse_a_cpu_bind_in_one_line(resnet_like):
+def test_float16_graphs_bind_on_a_cpu_and_refuse_the_forward_in_one_line(resnet_like):
     sym, args, aux, batch, expected = resnet_like
     converted = amp.convert_symbol(sym)
+    exe = converted.simple_bind(mx.cpu(), data=SHAPE, softmax_label=(2,), grad_req="null")
     with pytest.raises(mx.base.MXNetError) as error:
-        converted.simple_bind(mx.cpu(), data=SHAPE, softmax_label=(2,), grad_req="null")
+        exe.forward(is_train=False, data=batch.data[0])
     message = str(error.value)
     assert "\n" not in message and "emulate=True" in message and "gemm" not in message
     assert "Convolution" in message and "FullyConnected" in message
@@ -491,13 +492,13 @@ def test_module_keeps_the_dtypes_convert_model_gives(dtype):
                                        target_dtype_ops=["Convolution"])
     assert args["fullyconnected_weight"].dtype == LOW[dtype]
     converted = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
-    if dtype == "float16":  # the real float16 graph: its bind on a CPU says why it cannot run
-        with pytest.raises(mx.base.MXNetError, match="emulate=True"):
-            converted.bind(data_shapes=[["data", (1, 3, 16, 16)]])
-        return
-    converted.bind(data_shapes=[["data", (1, 3, 16, 16)]])
+    converted.bind(data_shapes=[["data", (1, 3, 16, 16)]])  # the real float16 graph, as MXNet's
     converted.set_params(args, aux)
     assert converted.get_params()[0]["fullyconnected_weight"].dtype == LOW[dtype]
+    if dtype == "float16":  # its forward on a CPU says why it cannot run, in one line
+        with pytest.raises(mx.base.MXNetError, match=r"^mxfp16: this graph runs Convolution, "
+                           r"FullyConnected in float16, .*emulate=True[^\n]*$"):
+            converted.forward(mx.io.DataBatch([mx.nd.ones((1, 3, 16, 16))]), is_train=False)
 
 
 BUCKETS = [5, 10, 20]
@@ -572,10 +573,12 @@ def test_convert_bucketing_module_predicts_and_trains_in_every_bucket(dtype, lan
     assert np.isfinite(after).all() and not np.array_equal(after, before)
 
 
-def test_convert_bucketing_module_real_float16_graph_refuses_a_cpu(language_model):
+def test_convert_bucketing_module_real_float16_graph_refuses_a_cpu_forward(language_model):
     model, _ = language_model
-    with pytest.raises(mx.base.MXNetError, match="emulate=True"):
-        amp.convert_bucketing_module(model, emulate=False)
+    converted = amp.convert_bucketing_module(model, emulate=False)  # binds, as MXNet's
+    with pytest.raises(mx.base.MXNetError, match=r"^mxfp16: this graph runs .* in float16, "
+                       ".*emulate=True"):
+        converted.forward(next(iter(_val_iter())), is_train=False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

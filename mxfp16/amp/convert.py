@@ -6,8 +6,8 @@ graph on any machine, as MXNet's.  Without op lists mxfp16's rules decide (:func
 the lists of :mod:`.lists` plus the rules that depend on an op's place); with ``target_dtype_ops``,
 ``fp32_ops``, ``conditional_fp32_ops`` or ``excluded_sym_names``, MXNet's own AMP pass decides op
 by op with them (mxfp16's lists for the ones not given), as it does when code has extended the
-lists or the graph already holds AMP casts.  A float16 graph bound on a CPU fails with one line
-saying why (:mod:`.cpu_guard`).
+lists or the graph already holds AMP casts.  A float16 graph bound on a CPU fails at its first
+forward with one line saying why (:mod:`.cpu_guard`), where MXNet's fails there too.
 
 Float16 is emulated on a CPU (float32 compute, float16 rounding: :mod:`mxfp16.casting.emulation`)
 only where the result runs there: ``convert_hybrid_block`` with a CPU ``ctx``,
@@ -85,7 +85,8 @@ def convert_symbol(sym, target_dtype="float16", target_dtype_ops=None, fp32_ops=
     Returns
     -------
     mx.sym.Symbol
-        The same graph on any machine.  A float16 one refuses a CPU bind with one line.
+        The same graph on any machine.  A float16 one binds on a CPU, as MXNet's, and its first
+        forward there raises one line saying why it cannot run and what to do.
 
     Raises
     ------

@@ -1,10 +1,12 @@
-"""A float16 graph that says, when it is bound on a CPU, why it cannot run there and what to do.
+"""A float16 graph that says, when it runs on a CPU, why it cannot run there and what to do.
 
 MXNet's CPU backend has no float16 matrix multiply: bound on a CPU, a float16 Convolution or
 FullyConnected fails at its first forward with "FP16 gemm on cpu not implemented!" (or "float16
 fully connected layer is currently only supported by CuDNN").  The graphs ``convert_symbol`` and
 ``convert_model`` return are such graphs wherever they are made (a model converted on a CPU
-build host for a GPU server); :class:`Float16Graph` refuses the CPU bind in one line instead.
+build host for a GPU server).  :class:`Float16Graph` binds on a CPU as MXNet's graph does (MXNet
+1.9's own ``test_module_backward_compatibility`` binds one to read its parameters' dtypes), and
+its executors' first forward there raises mxfp16's one line, where MXNet's would fail.
 """
 import mxnet as mx
 
@@ -26,8 +28,17 @@ def cpu_error(ops):
     """The one-line error for float16 matrix multiplies ``ops`` on a CPU."""
     return mx.base.MXNetError(
         f"mxfp16: this graph runs {', '.join(ops)} in float16, and MXNet's CPU backend has no "
-        "float16 matrix multiply: bind it on a GPU (mx.gpu()), or convert with emulate=True for "
+        "float16 matrix multiply: run it on a GPU (mx.gpu()), or convert with emulate=True for "
         "float16 emulated on the CPU (float32 compute, float16 rounding)")
+
+
+class _CpuFloat16Executor(mx.executor.Executor):
+    """An executor of a :class:`Float16Graph` bound on a CPU: everything an executor has (its
+    arrays and their dtypes), but a forward raises :func:`cpu_error` before MXNet's kernels
+    would fail."""
+
+    def forward(self, is_train=False, **kwargs):
+        raise cpu_error(self._float16_gemms)
 
 
 def _typed_inputs(sym):
@@ -38,24 +49,25 @@ def _typed_inputs(sym):
 
 
 class Float16Graph(mx.sym.Symbol):
-    """A ``Symbol`` whose ``bind`` and ``simple_bind`` on a CPU raise :func:`cpu_error` for its
-    float16 matrix multiplies; on a GPU it binds as any Symbol."""
+    """A ``Symbol`` that binds anywhere, as MXNet's does, whose executors on a CPU raise
+    :func:`cpu_error` for its float16 matrix multiplies at their forward; on a GPU it runs as
+    any Symbol."""
 
     __slots__ = ()
 
-    def _check(self, ctx):
+    def _guard(self, executor, ctx):
         if getattr(ctx, "device_type", None) == "cpu":
             ops = float16_gemms(self, _typed_inputs(self))
             if ops:
-                raise cpu_error(ops)
+                executor.__class__ = _CpuFloat16Executor
+                executor._float16_gemms = ops
+        return executor
 
     def simple_bind(self, ctx, *args, **kwargs):
-        self._check(ctx)
-        return super().simple_bind(ctx, *args, **kwargs)
+        return self._guard(super().simple_bind(ctx, *args, **kwargs), ctx)
 
     def bind(self, ctx, *args, **kwargs):
-        self._check(ctx)
-        return super().bind(ctx, *args, **kwargs)
+        return self._guard(super().bind(ctx, *args, **kwargs), ctx)
 
 
 def guarded(sym, data_names):
