@@ -61,6 +61,18 @@ KEPT = ["net_attention0_dense0_fwd", "net_attention0_dense1_fwd", "net_attention
         "net_attention0_softmax0", "net_attention0_batch_dot1"]
 
 
+def kept_inputs(sym, names):
+    """The dtypes of every input of the ops ``names``, as the graph infers them."""
+    types = internal_dtypes(sym, ["data"])
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+
+    def dtype(entry):
+        node = nodes[entry[0]]
+        return types[node["name"]] if node["op"] == "null" else \
+            types.get(f"{node['name']}_output", types.get(f"{node['name']}_output{entry[1]}"))
+    return {dtype(entry) for node in nodes if node["name"] in names for entry in node["inputs"]}
+
+
 def graph_dtypes(sym):
     """``({op name: output dtype}, [output dtypes of the casts of values, not of parameters])``."""
     types = internal_dtypes(sym, ["data"])
@@ -82,6 +94,7 @@ def test_the_gpu_graph_runs_the_kept_block_in_float32(mode, dtype):
     low = LOW[dtype]
     assert ops == {"net_dense0_fwd": low, **{name: "float32" for name in KEPT},
                    "net_dense1_fwd": low}
+    assert kept_inputs(cast.graphs[0], KEPT) == {"float32"}
     # the data into embed, embed's output into the attention (one cast for its three readers),
     # the attention's output into out, out's output: nothing inside the kept block
     assert sorted(casts) == sorted([low, "float32", low, "float32"])

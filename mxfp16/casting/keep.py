@@ -27,7 +27,7 @@ __all__ = ["Keep", "block_keep", "graph_keep", "kept_ops", "op_keep"]
 
 
 class Keep:
-    """What ``keep_float32`` keeps: ``keep(op_name, op_type) -> bool``, and :attr:`paths`, the
+    """What ``keep_float32`` keeps: ``keep(op_name, op_type) -> bool``, and ``paths``, the
     block paths kept (every selected block and the blocks inside it; empty for a graph selected
     by names).  ``a | b`` keeps what either keeps."""
 
