@@ -53,10 +53,14 @@ def network_keep(network, selectors):
 
     Examples
     --------
-    >>> from mxfp16.models import new_network
-    >>> network = new_network('mobilenet0.25', 4, (3, 32, 32))
-    >>> network_keep(network, ['output']).paths
-    ('output',)
+    >>> from mxnet.gluon import nn
+    >>> from mxfp16.models import block_to_network
+    >>> net = nn.HybridSequential(prefix='net_')
+    >>> with net.name_scope():
+    ...     net.add(nn.Dense(4, in_units=3), nn.Dense(2, in_units=4))
+    >>> net.initialize()
+    >>> network_keep(block_to_network(net), ['1']).paths
+    ('1',)
     """
     if not selectors:
         return None
