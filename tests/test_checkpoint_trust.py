@@ -364,6 +364,14 @@ def test_sighup_saves_like_sigterm_and_a_forked_child_leaves_the_signal_to_the_r
     assert (stop.signal_name, stop.exit_code) == ("SIGHUP", 129)
 
 
+@pytest.mark.parametrize("signum, code", [(signal.SIGUSR1, 138), (signal.SIGUSR2, 140)])
+def test_slurms_warning_signals_ask_to_stop_like_sigterm(signum, code):
+    with mxfp16.StopRequest() as stop:
+        os.kill(os.getpid(), signum)  # sbatch --signal=USR1@120: the default action would kill
+        os.kill(os.getpid(), signal.SIGTERM)  # a later signal does not change the first
+    assert (stop.signal_name, stop.exit_code) == (signal.Signals(signum).name, code)
+
+
 def test_training_states_are_verified_and_never_unpickled_by_default(tmp_path, caplog):
     from test_training_state import make_loop, train
     net, trainer = make_loop()

@@ -231,6 +231,20 @@ def test_the_remote_agent_exits_with_the_commands_status_128_plus_n_for_a_signal
     assert result.returncode == status
 
 
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_the_remote_agent_passes_slurms_warnings_on_instead_of_dying_of_them(signum):
+    # SLURM signals every process of a step: the agent too, which would die of SIGUSR1 and
+    # orphan its command.
+    program = ("import signal, sys, time; signal.signal(signal.SIGUSR1, lambda *_: sys.exit(138)); "
+               "print('up', flush=True); time.sleep(60)")
+    agent = [sys.executable, "-c", launch_plan.agent_source(), "run", "1", "stdout", "--"]
+    child = subprocess.Popen([*agent, sys.executable, "-c", program], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"up\n"
+    child.send_signal(signum)
+    assert child.wait(timeout=30) == (138 if signum == signal.SIGUSR1 else 143)
+
+
 @pytest.mark.parametrize("word", [b"KILL\n", b""])
 def test_the_remote_agent_signals_its_command_on_a_word_and_stops_it_when_stdin_ends(word):
     agent = [sys.executable, "-c", launch_plan.agent_source(), "run", "1", "stdin", "--"]

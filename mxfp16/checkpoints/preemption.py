@@ -1,4 +1,4 @@
-"""Stopping a training loop cleanly on SIGTERM, SIGINT and SIGHUP: :class:`StopRequest`.
+"""Stopping a training loop cleanly on SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2: :class:`StopRequest`.
 
 Spot and preemptible instances, Kubernetes and SLURM end a job with SIGTERM and a grace period
 (30 s to 2 min) before SIGKILL; a person presses Ctrl-C (SIGINT).  Python's defaults end the process
@@ -7,7 +7,9 @@ step or of a checkpoint write.  While a :class:`StopRequest` is active a signal 
 the loop reads it between steps, saves, and exits with the code a shell gives a process killed by
 that signal (128 + its number: 143 for SIGTERM, 130 for SIGINT), so schedulers and shells see what
 happened.  SIGHUP (the terminal closed, an ``ssh`` session dropped) is treated like SIGTERM: the run
-saves and exits 129.
+saves and exits 129; so are SIGUSR1 and SIGUSR2, the warnings a SLURM job asks for ahead of its
+time limit (``sbatch --signal=USR1@120``), whose default action would kill the process (exit
+codes 138 and 140).
 
 A process forked while the handler is installed (a data-loading worker that a pool respawns)
 inherits it; there a stop signal is not the run's to handle: the child exits quietly on SIGTERM and
@@ -27,17 +29,18 @@ __all__ = ["StopRequest", "STOP_SIGNALS"]
 
 
 #: The signals that ask a run to stop.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class StopRequest:
-    """A context manager under which SIGTERM, SIGINT and SIGHUP ask the loop to stop instead of
-    killing it.
+    """A context manager under which SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 ask the loop to
+    stop instead of killing it.
 
     Parameters
     ----------
     signals : tuple of signal.Signals
-        The signals to catch (default :data:`STOP_SIGNALS`: SIGTERM, SIGINT and SIGHUP).
+        The signals to catch (default :data:`STOP_SIGNALS`: SIGTERM, SIGINT, SIGHUP, SIGUSR1 and
+        SIGUSR2).
 
     Notes
     -----

@@ -6,11 +6,11 @@ of a job, the data-loading workers of ``gluon.data.DataLoader`` (``--num-data-wo
 forks new ones that inherit the run's stop handler, and ``DataLoader.__del__``'s
 ``Pool.terminate`` then waits forever for workers that no longer die on SIGTERM.
 
-:class:`WorkerLoader` is a ``DataLoader`` whose workers block SIGTERM, SIGINT and SIGHUP and
-wait for them in a thread (``sigwaitinfo``, which names the sender): a SIGTERM from the run's own
-process (``Pool.terminate`` when the loader is done, multiprocessing's exit handler) ends the
-worker at once; any other stop signal is left to the run, which saves, stops and then ends its
-workers.
+:class:`WorkerLoader` is a ``DataLoader`` whose workers block the stop signals (SIGTERM, SIGINT,
+SIGHUP, and SLURM's warnings SIGUSR1 and SIGUSR2) and wait for them in a thread (``sigwaitinfo``,
+which names the sender): a SIGTERM from the run's own process (``Pool.terminate`` when the loader
+is done, multiprocessing's exit handler) ends the worker at once; any other stop signal is left to
+the run, which saves, stops and then ends its workers.
 """
 import os
 import signal

@@ -8,8 +8,10 @@ text as ``python -c`` through ssh, so nothing needs installing on the hosts.  Th
     python -c AGENT probe                                 # prints this host's name and its address
 
 **run.**  COMMAND starts in a session (and process group) of its own.  The agent passes on
-SIGTERM, SIGINT and SIGHUP it receives to that group as SIGTERM (SIGINT stays SIGINT), reads
-control words from stdin (``stdin`` mode: ``TERM``, ``INT``, ``KILL`` signal the group; the end of
+SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 it receives to that group (SIGHUP as SIGTERM; SIGUSR1
+and SIGUSR2 are SLURM's ``--signal`` warnings, which would kill the agent and orphan COMMAND),
+reads control words from stdin (``stdin`` mode: ``TERM``, ``INT``, ``USR1``, ``USR2``, ``KILL``
+signal the group; the end of
 stdin, i.e. the launcher or its ssh client gone, stops it) and watches its stdout (when the ssh
 channel behind it closes, the group is stopped): SIGTERM, then SIGKILL after GRACE seconds.  Once
 COMMAND has exited, what it left in its group is killed, and the agent exits with COMMAND's
@@ -29,7 +31,12 @@ import threading
 import time
 
 JOB_VARIABLE = "MXFP16_JOB_ID"
-CONTROL_WORDS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
+CONTROL_WORDS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "USR1": signal.SIGUSR1,
+                 "USR2": signal.SIGUSR2, "KILL": signal.SIGKILL}
+#: The signals the agent passes on to its command's group, and as which.
+PASSED_ON = {signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM,
+             signal.SIGINT: signal.SIGINT, signal.SIGUSR1: signal.SIGUSR1,
+             signal.SIGUSR2: signal.SIGUSR2}
 
 
 def signal_group(pgid, signum):
@@ -77,8 +84,7 @@ def run(grace, mode, command):
         print(f"error: cannot start {command[0]!r} on {os.uname().nodename}: {error.strerror}",
               flush=True)
         return 127
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        passed = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+    for signum, passed in PASSED_ON.items():
         signal.signal(signum, lambda *_, sig=passed: signal_group(child.pid, sig))
     watchers = [watch_stdout] + ([read_control] if mode == "stdin" else [])
     for watcher in watchers:
