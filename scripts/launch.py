@@ -1,11 +1,12 @@
 """Launch a dist_sync training job (scheduler, servers, workers), as MXNet's tools/launch.py does,
-or a Horovod job through horovodrun.
+or a Horovod job through horovodrun, or either inside a SLURM allocation with srun.
 
     python scripts/launch.py -n 2 -s 1 -- python scripts/train_imagenet.py --kv-store dist_sync ...
     python scripts/launch.py -n 4 -s 2 -H hosts.txt -- python scripts/train_imagenet.py ...
     python scripts/launch.py --launcher horovod -n 2 -H hosts.txt -- python ...
     python scripts/launch.py --launcher horovod -n 2 -- python scripts/train_imagenet.py \
         --kv-store horovod --network resnet50_v1 ...
+    python scripts/launch.py --launcher slurm -n 4 -s 2 -- python ...   # in an sbatch script
 
 runs the command as ``-n`` workers next to ``-s`` servers and one scheduler, on this machine
 (127.0.0.1 only) or, with a hostfile, on its hosts through ssh; see :mod:`mxfp16.train.launch.launcher` for
@@ -45,8 +46,9 @@ def get_args_parser():
                              "machine)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
                         help="where the servers and workers run; horovod: horovodrun over Gloo "
-                             "starts the workers, no servers (default: ssh with a hostfile, "
-                             "else local)")
+                             "starts the workers, no servers; slurm: each process a job step "
+                             "(srun) on the nodes of this SLURM allocation, for dist_sync or "
+                             "--kv-store horovod (default: ssh with a hostfile, else local)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the whole job is stopped (default: none)")
     parser.add_argument("--host-ip", default=None,

@@ -14,7 +14,8 @@ from ..distributed.horovod import HorovodUnavailable
 from ..scaling.scalers import LossScaleCollapse
 from .cli.config import contexts, device_line
 from .launch.horovod_start import check_not_under_horovodrun, start_horovod
-from .launch.plan import LAUNCH_COMMAND_VARIABLE
+from .launch.plan import JOB_VARIABLE, LAUNCH_COMMAND_VARIABLE
+from .launch.slurm import requeue_after_stop, slurm_line
 from .logs import format_value, run_files, run_logging
 from .state.prefix import check_log_file, claim_prefix, claims_early, log_removed
 from .progress import TrainingStopped, resume_command, stopped_line
@@ -112,6 +113,8 @@ def _start_run(config, first_line=None):
     if first_line:  # a Horovod run of one process by accident is a warning
         log.log(logging.WARNING if first_line.startswith("--kv-store") else logging.INFO,
                 first_line)
+    if slurm_line():
+        log.info(slurm_line())
     log.info(device_line(config))
     note = use_safe_accumulation(config.dtype, contexts(config.gpus, config.cpus))
     if note:
@@ -168,6 +171,8 @@ def run_job(parser, config_type, job, argv=None):
                         command = resume_command(launch_argv() or [sys.argv[0], *argv],
                                                  stopped.prefix or "PREFIX")
                         log.warning(stopped_line(stopped, command))
+                        if stopped.checkpoint and JOB_VARIABLE not in os.environ:
+                            requeue_after_stop(argv)  # no launcher above: the job is this run's
                     return stopped.exit_code
     except (ValueError, OSError, LossScaleCollapse, HorovodUnavailable) as error:
         print(error_line(error), file=sys.stderr)

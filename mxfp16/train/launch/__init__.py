@@ -6,5 +6,9 @@
   failure;
 - :mod:`.hosts`: the machines of a hostfile, resolved and checked over ssh before a job, swept after;
 - :mod:`.remote_agent`: the standalone program each remote process runs under (signals, status);
+- :mod:`.slurm`: a job inside a SLURM allocation: its nodes, one ``srun`` step per process, the
+  sweep, the requeue after a save;
+- :mod:`.slurm_horovod`: Horovod's ranks under SLURM without horovodrun (from the launcher, or from
+  ``srun``'s own numbering), with Horovod's rendezvous server;
 - :mod:`.horovod_start`: horovodrun's command line for a plan.
 """

@@ -8,6 +8,7 @@ rank 0, as for ``dist_sync``.
 import os
 
 from ...distributed.horovod import Horovod
+from .slurm_horovod import prepare_from_srun, srun_tasks
 
 #: Settings that may differ between ranks (each rank's own files); every other one must agree.
 PER_RANK_SETTINGS = ("log_file", "tensorboard", "profile_worker_suffix")
@@ -25,8 +26,10 @@ def start_horovod(config):
     mxfp16.distributed.horovod.HorovodUnavailable
         Horovod missing or built without MXNet.
     ValueError
-        When the ranks were started with different flags (every rank raises the same error).
+        When the ranks were started with different flags (every rank raises the same error), or
+        srun's tasks cannot meet (:func:`.slurm_horovod.prepare_from_srun`).
     """
+    srun = prepare_from_srun()  # srun -n N started the ranks: Horovod's variables from SLURM's
     kvstore = Horovod()
     rank, size = kvstore.rank, kvstore.num_workers
     if size == 1:
@@ -35,7 +38,8 @@ def start_horovod(config):
                             + LAUNCH_HINT)
     check_same_flags(kvstore, config.to_dict())
     return rank, size, (f"Horovod: rank {rank} of {size} processes (local rank "
-                        f"{kvstore.local_rank}); logs and checkpoints from rank 0")
+                        f"{kvstore.local_rank}); logs and checkpoints from rank 0"
+                        + (f"; {srun}" if srun else ""))
 
 
 def check_same_flags(kvstore, settings):
@@ -57,7 +61,8 @@ def check_same_flags(kvstore, settings):
 
 
 def check_not_under_horovodrun(kv_store, environ=None):
-    """Raise ValueError when horovodrun started this process but the run would not use Horovod.
+    """Raise ValueError when horovodrun (or ``srun -n N``) started this process but the run would
+    not use Horovod.
 
     Every process would then train alone on the whole data, N runs writing the same files (a
     GluonCV ``train_horovod.py`` command, which needs no ``--kv-store``, does this).
@@ -68,6 +73,10 @@ def check_not_under_horovodrun(kv_store, environ=None):
     Traceback (most recent call last):
     ...
     ValueError: horovodrun started 2 processes but --kv-store is device: ...
+    >>> check_not_under_horovodrun('device', {'SLURM_STEP_ID': '0', 'SLURM_STEP_NUM_TASKS': '2'})
+    Traceback (most recent call last):
+    ...
+    ValueError: srun started 2 tasks but --kv-store is device: ...
     >>> check_not_under_horovodrun('device', {})
     """
     environ = os.environ if environ is None else environ
@@ -75,3 +84,8 @@ def check_not_under_horovodrun(kv_store, environ=None):
     if kv_store != "horovod" and size > 1:
         raise ValueError(f"horovodrun started {size} processes but --kv-store is {kv_store}: "
                          "each would train alone on all the data; pass --kv-store horovod")
+    tasks = srun_tasks(environ)
+    if kv_store != "horovod" and tasks > 1:
+        raise ValueError(f"srun started {tasks} tasks but --kv-store is {kv_store}: each would "
+                         "train alone on all the data; pass --kv-store horovod, or run a dist_sync "
+                         "job with scripts/launch.py --launcher slurm")

@@ -59,6 +59,11 @@ step (call it yourself before a bare ``trainer.step``), and initialise alike on 
 seed).  A loss scaler's skip decision is then the same on every worker (tests/test_distributed.py
 checks all of this on a real job).
 
+**SLURM launcher.**  Inside an allocation (``sbatch``, ``salloc``), every process is a job step of
+its own on the allocation's nodes, under the same agent; a ``--kv-store horovod`` command gets
+Horovod's ranks and rendezvous server instead of servers; after a stop by a signal, the job may
+requeue itself (see :mod:`.slurm`).
+
 **Supervision.**  The launcher logs which process runs where (with its local pid) and waits for the
 workers.  Once all have exited with 0, it gives the servers and scheduler
 :data:`SERVER_EXIT_GRACE` seconds to exit and returns 0.  The first worker (or server, or scheduler) to fail
@@ -72,11 +77,15 @@ failed process's log is shown with the failure.  The same happens after ``timeou
 first, and the servers and scheduler keep running while the workers stop: mxfp16's training
 scripts then agree on a step, rank 0 saves it, and the workers exit with 143 (130 for Ctrl-C), which
 the launcher returns once all have (at most :data:`WORKER_STOP_GRACE` seconds, then everything is
-killed).  Resume with the same launch command plus ``--resume PREFIX``.  Should the launcher itself
+killed).  A worker that exits by a stop signal of its own (128 + N: a scheduler signals every
+process of a job) means the same: the other workers get that time to save, instead of being stopped
+as after a failure.  Resume with the same launch command plus ``--resume PREFIX`` (or pass
+``--resume auto`` from the start).  Should the launcher itself
 be killed (SIGKILL), its children here get SIGTERM from the kernel and the remote agents stop
 their processes when their ssh stdin ends.  A second Ctrl-C stops
 everything at once.
 """
+import functools
 import logging
 import math
 import re
@@ -86,10 +95,12 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from .hosts import prepare_hosts, route_address, sweep_hosts
-from .plan import (LOCAL_HOST, LaunchError, LaunchTimeout, check_job, free_port, plan_processes,
-                   remote_python, server_python)
-from .processes import POLL_INTERVAL, exit_code, returncode, signal_groups, start, stop
+from . import slurm, slurm_horovod
+from .hosts import is_this_machine, prepare_hosts, route_address, sweep_hosts
+from .plan import (JOB_VARIABLE, LOCAL_HOST, LaunchError, LaunchTimeout, asks_for_horovod,
+                   check_job, free_port, plan_processes, remote_python, server_python)
+from .processes import (POLL_INTERVAL, STOP_CODES, exit_code, returncode, signal_groups, start,
+                        stop)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +113,13 @@ WORKER_STOP_GRACE = 25.0
 
 #: Processes whose success is the job's: the workers, or horovodrun, which runs them.
 WORKER_ROLES = ("worker", "horovodrun")
+
+#: Signals to the launcher that it passes to the workers, which save and stop (Ctrl-C is
+#: KeyboardInterrupt's): a scheduler's notice, a closed terminal, SLURM's --signal warnings.
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+#: ...passed on as these (the agents' control words have no HUP; the scripts treat both alike).
+PASSED_AS = {signal.SIGHUP: signal.SIGTERM}
 
 #: What counts as the error line of a failed process's log: ``error: ...`` (mxfp16's scripts, the
 #: remote agent), an exception's last line, or a missing file or program.
@@ -171,11 +189,24 @@ def _report_failure(proc, code):
     return code
 
 
+class _WorkerStopped(Exception):
+    """A worker exited by a stop signal it got itself (a scheduler signals every process)."""
+
+    def __init__(self, proc, code):
+        super().__init__(proc.spec.name)
+        self.proc, self.code = proc, code
+
+
 def _wait_workers(running, deadline):
-    """Exit code of the job once every worker has exited, or at the first failure."""
+    """Exit code of the job once every worker has exited, or at the first failure; a worker that
+    exits by a stop signal (128 + N) raises :class:`_WorkerStopped`."""
     workers = [proc for proc in running if proc.spec.role in WORKER_ROLES]
     while True:
         failure = _first_failure(running)
+        # A stop signal of its own (a scheduler signals every process): the job is stopping, and
+        # the other workers get the time to save instead of being stopped as after a failure.
+        if failure and failure[0].spec.role == "worker" and failure[1] in STOP_CODES:
+            raise _WorkerStopped(*failure)
         if failure:
             return _report_failure(*failure)
         if all(returncode(proc) == 0 for proc in workers):
@@ -215,20 +246,23 @@ def _stop_workers_first(running, sig, grace=WORKER_STOP_GRACE):
 
 
 @contextmanager
-def _sigterm_as_exit():
-    """Turn SIGTERM into SystemExit(143) so that the processes are stopped on the way out."""
+def _signals_as_exit():
+    """Turn SIGTERM (and SIGHUP, SIGUSR1, SIGUSR2: a closed terminal, SLURM's ``--signal``
+    warnings) into SystemExit(128 + N) so that the processes are stopped on the way out."""
     if threading.current_thread() is not threading.main_thread():  # signal() works there only
         yield
         return
 
     def handler(signum, frame):
-        log.error("received SIGTERM: passing it to the workers, which save and stop")
+        log.error("received %s: passing it to the workers, which save and stop",
+                  signal.Signals(signum).name)
         raise SystemExit(128 + signum)
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in EXIT_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def launch(command, num_workers, num_servers=None, launcher="local", hosts=None, timeout=None,
@@ -242,9 +276,10 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     num_workers : int
     num_servers : int or None
         Default: ``num_workers`` (as MXNet's launcher).
-    launcher : {'local', 'ssh', 'horovod'}
+    launcher : {'local', 'ssh', 'horovod', 'slurm'}
         ``horovod`` runs ``horovodrun`` over Gloo instead, which starts the workers (no servers);
-        the script needs ``--kv-store horovod``.
+        the script needs ``--kv-store horovod``.  ``slurm`` runs every process as an ``srun`` step
+        on the nodes of this SLURM allocation, for either kvstore (:mod:`.slurm`).
     hosts : list of str or Host or None
         ``host``, ``user@host`` or ``host:ssh_port`` entries for the ssh launcher (see
         :func:`.hosts.read_hostfile`), or the hosts horovodrun spreads the workers over; resolved
@@ -285,24 +320,57 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     if timeout is not None and not timeout > 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}")
     check_job(command, num_workers, num_servers, launcher, hosts)
-    hosts = prepare_hosts(command, launcher, hosts)
-    if root_uri is None:
-        root_uri = route_address(hosts) if launcher == "ssh" else LOCAL_HOST
-    job_id = uuid.uuid4().hex[:16]
-    specs = plan_processes(command, num_workers, num_servers, launcher, hosts, root_uri,
-                           free_port(root_uri), env, workdir, job_id=job_id)
+    job = dict(command=command, num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
+               env=env, job_id=uuid.uuid4().hex[:16])
+    planned = _slurm_plan(**job) if launcher == "slurm" else \
+        _plan(launcher=launcher, hosts=hosts, workdir=workdir, **job)
     deadline = time.monotonic() + (timeout if timeout else math.inf)
-    running = []
-    with _sigterm_as_exit():
+    with planned as (specs, finish), _signals_as_exit():
+        running, code = [], None
         try:
             for spec in specs:
                 running.append(start(spec, log_dir))
-            return _supervise(running, deadline, launcher)
+            code = _supervise(running, deadline, launcher)
+            return code
+        except SystemExit as stopped:
+            code = stopped.code
+            raise
         finally:
             stop(running)
-            if hosts:
-                sweep_hosts(hosts, server_python(remote_python(command)), job_id,
-                            horovod=launcher == "horovod")
+            finish(code)
+
+
+@contextmanager
+def _plan(command, num_workers, num_servers, launcher, hosts, root_uri, env, workdir, job_id):
+    """A local, ssh or horovodrun job: ``(its processes, what to run after it)``; the hosts
+    resolved and probed first."""
+    hosts = prepare_hosts(command, launcher, hosts)
+    if root_uri is None:
+        root_uri = route_address(hosts) if launcher == "ssh" else LOCAL_HOST
+    specs = plan_processes(command, num_workers, num_servers, launcher, hosts, root_uri,
+                           free_port(root_uri), env, workdir, job_id=job_id)
+    python = server_python(remote_python(command))
+    yield specs, lambda code: hosts and sweep_hosts(hosts, python, job_id,
+                                                    horovod=launcher == "horovod")
+
+
+@contextmanager
+def _slurm_plan(command, num_workers, num_servers, root_uri, env, job_id):
+    """A job in this SLURM allocation (:mod:`.slurm`): ``(its processes, what to run after it)``,
+    Horovod's rendezvous server up while it runs a Horovod job."""
+    hosts = slurm.allocation_hosts()
+    log.info(slurm.slurm_line())
+    env = dict(env or {}, **{JOB_VARIABLE: job_id})
+    finish = functools.partial(slurm.finish_job, hosts, server_python(remote_python(command)),
+                               job_id, command)
+    if asks_for_horovod(command):
+        with slurm_horovod.horovod_job(command, num_workers, hosts, env) as specs:
+            yield specs, finish
+        return
+    root_uri = root_uri or hosts[0].address  # the scheduler's step runs on the first node
+    # free there when the launcher runs there (sbatch); from an salloc shell elsewhere, free here
+    port = free_port(root_uri) if is_this_machine(root_uri) else free_port("0.0.0.0")
+    yield slurm.plan_slurm(command, num_workers, num_servers, hosts, root_uri, port, env), finish
 
 
 def _supervise(running, deadline, launcher):
@@ -314,10 +382,17 @@ def _supervise(running, deadline, launcher):
         code = _stop_workers_first(running, signal.SIGINT)
         # horovodrun reports its ranks' 130 as its own failure (1): the ranks' code counts
         return 130 if code is None or launcher == "horovod" else code or 130
+    except _WorkerStopped as stopped:
+        signum = signal.Signals(stopped.code - 128)
+        log.warning("%s stopped on %s (exit code %d): waiting for the other workers to save and "
+                    "stop", stopped.proc.spec.name, signum.name, stopped.code)
+        code = _stop_workers_first(running, PASSED_AS.get(signum, signum))
+        return stopped.code if code is None else code or stopped.code
     except SystemExit as stop:
-        if stop.code != 128 + signal.SIGTERM:
+        if stop.code - 128 not in EXIT_SIGNALS:
             raise
-        code = _stop_workers_first(running, signal.SIGTERM)
+        signum = signal.Signals(stop.code - 128)
+        code = _stop_workers_first(running, PASSED_AS.get(signum, signum))
         if code is None or launcher == "horovod":
             raise SystemExit(stop.code) from None
         raise SystemExit(code or stop.code) from None

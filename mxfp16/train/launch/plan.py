@@ -12,8 +12,9 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
-#: The ways to start servers and workers; ``horovod`` starts the workers alone, through horovodrun.
-LAUNCHERS = ("local", "ssh", "horovod")
+#: The ways to start servers and workers; ``horovod`` starts the workers alone, through horovodrun;
+#: ``slurm`` places them with ``srun`` inside a SLURM allocation (:mod:`.slurm`).
+LAUNCHERS = ("local", "ssh", "horovod", "slurm")
 
 #: The address of a local job: nothing listens beyond this machine.
 LOCAL_HOST = "127.0.0.1"
@@ -227,13 +228,16 @@ def check_job(command, num_workers, num_servers, launcher, hosts):
     if launcher == "ssh" and not hosts:
         raise LaunchError("the ssh launcher needs hosts: pass -H with a file listing one host "
                           "per line, or --launcher local")
-    if launcher != "horovod" and _asks_for_horovod(command):
+    if launcher == "slurm" and hosts:
+        raise LaunchError("the slurm launcher runs on the nodes of its SLURM allocation "
+                          "(SLURM_JOB_NODELIST): leave -H out, or pass --launcher ssh")
+    if launcher not in ("horovod", "slurm") and asks_for_horovod(command):
         raise LaunchError(f"the command trains with --kv-store horovod, which the {launcher} "
                           "launcher's scheduler and servers do not serve: pass --launcher horovod "
                           "(or --kv-store dist_sync for the parameter server)")
 
 
-def _asks_for_horovod(command):
+def asks_for_horovod(command):
     """Whether a command line passes ``--kv-store horovod`` (or ``--kv-store=horovod``)."""
     args = [str(arg) for arg in command]
     return "--kv-store=horovod" in args or any(

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ...checkpoints.preemption import STOP_SIGNALS
 from .plan import LaunchError, ProcessSpec
 
 log = logging.getLogger("mxfp16.train.launch.launcher")
@@ -22,6 +23,9 @@ KILL_GRACE = 3.0
 
 #: Seconds the ssh clients get to exit after their remote processes were killed; then they are.
 REMOTE_EXIT_GRACE = 5.0
+
+#: Exit codes of a process stopped by one of the stop signals of mxfp16's scripts (128 + N).
+STOP_CODES = frozenset(128 + int(signum) for signum in STOP_SIGNALS)
 
 #: Seconds between two looks at the processes.
 POLL_INTERVAL = 0.1
