@@ -7,17 +7,20 @@ system; the network is not: each namespace has only its own address and the othe
 it (``ip netns exec`` mounts ``/etc/netns/<name>/hosts`` over ``/etc/hosts``), as on real machines,
 where Horovod binds Gloo to the address of the host's name.
 """
+import itertools
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SUBNET = "10.231.7"
 SSH_PORTS = (22, 2222)
 INTERFACE = "mxfp16net"
+#: Numbers the host pairs of one process (a module's and the SLURM cluster's may overlap).
+_PAIRS = itertools.count()
 
 
 @dataclass
@@ -26,6 +29,7 @@ class Hosts:
     addresses: tuple
     env: dict             # the environment that makes ssh use the test's keys
     sshd: list            # the sshd processes, one per namespace
+    daemons: list = field(default_factory=lambda: [[], []])  # per host: other daemons' Popens
 
     def run(self, index, argv, **kwargs):
         """Run ``argv`` in host ``index`` (0 or 1), as subprocess.run."""
@@ -37,10 +41,11 @@ class Hosts:
                                 env=dict(os.environ, **self.env, **kwargs.pop("env", {})), **kwargs)
 
     def pids(self, index):
-        """Every process of host ``index`` but its sshd (``ip netns pids``)."""
+        """Every process of host ``index`` but its sshd and daemons (``ip netns pids``)."""
         out = subprocess.run(["ip", "netns", "pids", self.names[index]], capture_output=True,
                              text=True, check=True).stdout
-        return {int(pid) for pid in out.split()} - {self.sshd[index].pid}
+        kept = {self.sshd[index].pid} | {daemon.pid for daemon in self.daemons[index]}
+        return {int(pid) for pid in out.split()} - kept
 
     def leftovers(self, index, wait=5.0):
         """The processes left on host ``index`` after ``wait`` seconds at most (ssh sessions take
@@ -125,10 +130,11 @@ def _wait_for_sshd(hosts, index, timeout=10.0):
 
 def make_hosts(folder):
     """Make the two hosts (a generator: yields :class:`Hosts`, then tears everything down)."""
-    tag = f"mxfp16-{os.getpid()}"
+    pair = next(_PAIRS)
+    tag = f"mxfp16-{os.getpid()}" + (f"-{pair}" if pair else "")
     names = (f"{tag}-1", f"{tag}-2")
     addresses = (f"{SUBNET}.1", f"{SUBNET}.2")
-    veth = (f"mxv{os.getpid() % 100000}a", f"mxv{os.getpid() % 100000}b")
+    veth = (f"mxv{os.getpid() % 100000}{pair}a", f"mxv{os.getpid() % 100000}{pair}b")
     sshd = []
     try:
         for name in names:
