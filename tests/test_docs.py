@@ -7,6 +7,7 @@ resolve, and every flag the docs give mxfp16's scripts, examples and benchmarks 
 A new block without a marker fails ``test_every_block_is_marked``; so does a marker with an unknown
 KIND, a ``not-here`` without an accepted reason, or an ``after:`` of an unknown id.
 """
+import concurrent.futures
 import contextlib
 import importlib.util
 import io
@@ -306,11 +307,10 @@ def _in_order(keys, got):
     return all(key in position for key in keys)
 
 
-@pytest.mark.slow  # each group runs fresh interpreters: 2 to 50 s
-@pytest.mark.parametrize("group", list(GROUPS))
-def test_block_runs(group, tmp_path, program_flags):
-    """Each group of blocks (a ``run`` block and the ``after:`` blocks that follow it) runs in a
-    fresh directory; python blocks share one process, bash blocks the directory."""
+def _run_group(group, tmp_path, parsers):
+    """Run a group of blocks (a ``run`` block and the ``after:`` blocks that follow it) in a fresh
+    directory, each block's output checked as it ends; python blocks share one process, bash
+    blocks the directory."""
     workdir, env = _workdir(tmp_path)
     blocks = GROUPS[group]
     python = [block for block in blocks if block.lang == "python"]
@@ -318,8 +318,29 @@ def test_block_runs(group, tmp_path, program_flags):
     first_args = {}
     for block in blocks:
         if block.lang == "bash":
-            outputs[block.where] = _run_bash(block, workdir, env, program_flags, first_args)
+            outputs[block.where] = _run_bash(block, workdir, env, parsers, first_args)
         _check_output(block, outputs.get(block.where, ""))
+
+
+@pytest.fixture(scope="module")
+def group_runs(request, tmp_path_factory, program_flags):
+    """``{group: future of its run}`` for the groups this session runs, two groups at a time: a
+    group leaves one of the two cores idle most of its time (interpreters starting, networks of a
+    few layers), so two run side by side."""
+    selected = [item.callspec.params["group"] for item in request.session.items
+                if item.module is request.module and item.originalname == "test_block_runs"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        yield {group: pool.submit(_run_group, group, tmp_path_factory.mktemp("docs"), program_flags)
+               for group in selected}
+        pool.shutdown(cancel_futures=True)  # after -x or Ctrl-C: the groups not started yet
+
+
+@pytest.mark.slow  # each group runs fresh interpreters: 2 to 50 s
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_block_runs(group, group_runs):
+    """Each group of blocks runs as written, its outputs checked (:func:`_run_group`); the groups
+    run two at a time, each test waiting for its own."""
+    group_runs[group].result()
 
 
 # ---- shared, diff and python names ---------------------------------------------------------------
