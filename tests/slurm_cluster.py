@@ -7,8 +7,8 @@ What it took on Debian's slurm-wlm 22.05 (measured): ``ProctrackType=proctrack/l
 one runs with the host's cgroup mounts replayed inside its namespace (``ip netns exec`` mounts a
 fresh /sys); ``SlurmctldHost`` is this machine's name (the namespaces share it) and each slurmd is
 told its node name (``-N``); ``AuthInfo=cred_expire=10`` makes a requeued job eligible 11 s later
-instead of about 2 minutes, and ``bf_interval=1`` has the backfill scheduler start it within a
-second after that (the main scheduler alone waited 30 s).
+instead of about 2 minutes, and ``sched_interval=1`` has the main scheduler start it then (every
+60 s by default: the requeued jobs waited 20 s more), as ``bf_interval=1`` does for backfill.
 """
 import os
 import pathlib
@@ -49,7 +49,7 @@ MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
-SchedulerParameters=bf_interval=1
+SchedulerParameters=bf_interval=1,sched_interval=1
 ReturnToService=2
 KillWait=10
 MinJobAge=600

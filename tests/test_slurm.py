@@ -6,8 +6,9 @@ docs/clusters.md's recipes run as written, at a tiny size: the kvstore job (scri
 scripts/train_imagenet.py --kv-store horovod) each requeue themselves after a signal (scancel
 --signal=TERM --full, scancel --signal=USR1) and resume to the uninterrupted run's weights, bit for
 bit.  A scancel saves the step in flight and leaves nothing of the job on either node; a remote
-worker killed with SIGKILL, a worker that cannot start and the launcher killed with SIGKILL end the
-job as they do over ssh (tests/test_multihost.py).
+worker killed with SIGKILL, a worker that cannot start, the launcher's --timeout and the launcher
+killed with SIGKILL end the job as they do over ssh (tests/test_multihost.py,
+tests/test_distributed.py).
 
 The jobs run at the same time: one fixture submits them all (a watcher thread signals each when
 its log shows the batch it waits for), and each test waits for its own.
@@ -60,18 +61,21 @@ def recipe(block_id):
     return text
 
 
-def sleeping_job(*, fail=False, escape=False):
+def sleeping_job(*, fail=False, escape=False, timeout=None):
     """A job through the launcher whose workers print 'up' and sleep (with ``escape``, each leaving
     a grandchild of its own session behind, which only the sweep can find): a Horovod job's plan
     (``--kv-store horovod`` in the command: no scheduler, no servers, nothing imports MXNet); or a
     kvstore job whose workers fail to start."""
     program = "import no_such_module" if fail else (
         "import subprocess, time; print('up', flush=True); "
-        + ("subprocess.Popen(['sleep', '120'], start_new_session=True); " if escape else "")
+        # (without the step's output, which slurmstepd would wait 60 s for after the step's end)
+        + ("subprocess.Popen(['sleep', '120'], start_new_session=True, stdout=-3, stderr=-3); "
+           if escape else "")
         + "time.sleep(120)")
     return ("#!/bin/bash\n#SBATCH --nodes=2 --output=job.out\n"
-            "exec python scripts/launch.py --launcher slurm -n 2 -s 1 --log-dir logs -- "
-            f"python -c \"{program}\"" + ("\n" if fail else " --kv-store horovod\n"))
+            "exec python scripts/launch.py --launcher slurm -n 2 -s 1 --log-dir logs "
+            + (f"--timeout {timeout} " if timeout else "") + f"-- python -c \"{program}\""
+            + ("\n" if fail else " --kv-store horovod\n"))
 
 
 HOROVOD_LAUNCH = ("#!/bin/bash\n#SBATCH --nodes=2 --output=job.out\n"
@@ -179,6 +183,7 @@ def jobs(cluster, tmp_path_factory):
         "killed-launcher": Job(cluster, folder / "killed-launcher", sleeping_job(), both_up,
                                kill_launcher),
         "no-start": Job(cluster, folder / "no-start", sleeping_job(fail=True)),
+        "timeout": Job(cluster, folder / "timeout", sleeping_job(timeout=8)),
     }
 
 
@@ -282,6 +287,17 @@ def test_a_worker_that_cannot_start_is_the_first_error_line_of_its_log(jobs):
     assert re.search(r"worker [01] on 10\.231\.7\.[12] failed with exit code 1: stopping the job",
                      output), output
     assert "ModuleNotFoundError: No module named 'no_such_module'" in output
+    assert job.cluster.leftovers(job.id) == []
+
+
+@on_cluster
+def test_the_launchers_timeout_stops_every_step_and_exits_124_with_one_line(jobs):
+    job = jobs["timeout"]
+    fields = job.end()
+    output = job.text("job.out")
+    assert fields["ExitCode"] == "124:0", output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: the job ran past its timeout"), output
     assert job.cluster.leftovers(job.id) == []
 
 
