@@ -75,7 +75,7 @@ def test_unscaled_attention_scores_are_the_forward_culprit(attention_report):
         ("att", "net_selfattention0_batch_dot0", "forward", "batch_dot")
     scores = net.att.scores(mx.nd, x)  # the float32 scores
     assert culprit.max_abs == pytest.approx(float(scores.abs().max().asscalar()), rel=1e-6)
-    assert culprit.max_abs > 65504 and culprit.value > 65504
+    assert culprit.max_abs > 65504 and not np.isfinite(culprit.value)
     assert report.keep_float32 == ["att"]
     assert "net_selfattention0_batch_dot0" in str(report) and "keep_float32=['att']" in str(report)
 

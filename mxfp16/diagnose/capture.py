@@ -93,15 +93,19 @@ class GraphRunner:
     would.
     """
 
-    def __init__(self, part, kind, ctx, listener, rng):
+    def __init__(self, part, kind, ctx, listener, rng, taps=True):
         self.part, self.kind, self.ctx = part, kind, ctx
         self.listener, self.rng = listener, rng
         graph = part.float32 if kind == "float32" else part.target
         if kind == "target" and part.emulated:  # every float16 value rounded, as on a GPU
             graph = round_float16_outputs(graph, part.plan)
-        self.graph, self.tapped = add_gradient_taps(graph, part.plan)
+        # the target's gradients as stored (rounded), the float32 run's before any rounding
+        self.graph, self.tapped = add_gradient_taps(graph, part.plan,
+                                                    after_rounding=kind == "float32") \
+            if taps else (graph, [])
         self.view = GraphView(self.graph)
         self.calls = 0  # how many times this runner ran: the first element of its keys
+        self.analysis = None  # what mxfp16.diagnose.culprits builds of the graph, once
         self._masks = part.masks
         self._arrays = None
         self._op = mx.nd.CachedOp(numpy_interface.numpy_symbol(self.graph, part.numpy),
@@ -141,6 +145,11 @@ class GraphRunner:
                 value.attach_grad()
             arrays[name] = value
         return arrays
+
+    @property
+    def arrays(self):
+        """``{name: array}`` of the runner's parameter copies (empty before its first call)."""
+        return self._arrays or {}
 
     def parameter_gradients(self):
         """``{name: gradient}`` of the parameter copies that take one (legacy arrays)."""
@@ -192,10 +201,12 @@ class Run:
     seed : int
         The seed of the run's Dropout masks (both runs take the same, so they drop the same
         values).
+    taps : bool
+        Tap the gradients (not for a run without a backward).
     """
 
-    def __init__(self, parts, kind, listener, seed=0):
-        self.parts, self.kind, self.listener = parts, kind, listener
+    def __init__(self, parts, kind, listener, seed=0, taps=True):
+        self.parts, self.kind, self.listener, self.taps = parts, kind, listener, taps
         self.rng = np.random.RandomState(seed)
         self.runners = []
 
@@ -206,7 +217,7 @@ class Run:
             if runner.part is part and runner.ctx == ctx:
                 break
         else:
-            runner = GraphRunner(part, self.kind, ctx, self.listener, self.rng)
+            runner = GraphRunner(part, self.kind, ctx, self.listener, self.rng, self.taps)
             runner.label = (key, call_structure(call)[2], str(ctx))  # the same in both runs
             self.runners.append((key, runner))
         flat, _ = mxnet_internals.flatten_call(list(call))

@@ -1,9 +1,8 @@
 """Where an overflow starts: the culprits of a target run, told from what only inherits one.
 
-An op output (forward) or a tapped gradient (backward) *overflows* when it holds inf or NaN, or a
-magnitude beyond 65504 where the target graph stores it in float16
-(:func:`~mxfp16.diagnose.reading.overflows`; an emulated graph computes it in float32 first, so
-the value a GPU would turn into inf is seen as it is).  An overflow **starts** at an op when none
+An op output (forward) or a tapped gradient (backward) *overflows* when it holds inf or NaN in the
+target run, which stores every float16 value as a GPU does (:mod:`mxfp16.diagnose.reading`): a
+value beyond float16's range is inf there.  An overflow **starts** at an op when none
 of the op's inputs overflows (an inserted node of the cast, a rounding or a cast, stands for the
 op it rounds; one that overflows on a parameter names the parameter), and at a gradient when the
 loss is finite and no tapped gradient downstream of it overflows.  A start is a **culprit**:
@@ -21,17 +20,18 @@ Everything else that overflows is *propagated*, counted but not listed.
 import math
 from collections import namedtuple
 
+import mxnet as mx
+
 from ..casting.graph import MARK
 from .probes import TAP_SUFFIX
-from .reading import overflows
 
-__all__ = ["Culprit", "Underflow", "find_culprits", "underflow_rows"]
+__all__ = ["Culprit", "Findings", "Underflow", "find_culprits", "underflow_rows", "wanted",
+           "with_magnitudes"]
 
 #: Where an overflow starts: the owning block's path, the op (node) name, ``'forward'`` or
 #: ``'backward'``, float32's largest magnitude there (the same output, or gradient at the same
-#: loss scale), the tensor (the op's output, or a parameter), the target run's largest magnitude
-#: there (inf, NaN or beyond 65504; an emulated value before its float16 rounding) and the op's
-#: type.
+#: loss scale), the tensor (the op's output, or a parameter), what the target run holds there (inf,
+#: or NaN) and the op's type (``'parameter'`` for a float16 parameter beyond 65504).
 Culprit = namedtuple("Culprit", ["path", "op", "phase", "max_abs", "tensor", "value", "op_type"])
 
 #: The gradient values of one output (or float16 parameter) that float16 flushes to zero: its
@@ -97,34 +97,24 @@ class _Graph:
 
 
 def _graphs(reading):
+    """``{id(runner): _Graph}`` of a reading's runners, each built once per runner."""
+    runners = [runner for runner, *_ in reading.forward + reading.backward] + \
+        [runner for runner, _ in reading.parameters]
     graphs = {}
-    for runner, *_ in reading.forward + reading.backward:
+    for runner in runners:
         if id(runner) not in graphs:
-            graphs[id(runner)] = _Graph(runner)
-    for runner, _ in reading.parameters:
-        graphs.setdefault(id(runner), _Graph(runner))
+            if getattr(runner, "analysis", None) is None:
+                runner.analysis = _Graph(runner)
+            graphs[id(runner)] = runner.analysis
     return graphs
 
 
-def _by_label(reading, table):
-    """``{(runner label, name): values}`` of a run's forward or backward records (largest over
-    the calls of a part), for looking up the other run's value at the same place."""
-    found = {}
-    for runner, key, values in getattr(reading, table):
-        name = runner.view.outputs[key[1:]] if table == "forward" else key
-        where = (runner.label, key[0] if table == "forward" else None, name)
-        found[where] = values if where not in found else _merge(found[where], values)
-    return found
-
-
-def _merge(old, new):
-    merged = old + new
-    merged[0] = max(old[0], new[0]) if not (math.isnan(old[0]) or math.isnan(new[0])) else math.nan
-    return merged
+def _bad(values):
+    return not math.isfinite(values[0])
 
 
 def _input_taint(graph, reading, call, entry, taint):
-    """The origins (indices) whose overflow reaches input ``entry`` of an op; ``{-1}`` for a data
+    """The starts (numbers) whose overflow reaches input ``entry`` of an op; ``{-1}`` for a data
     input holding inf or NaN (given so: not an overflow of this run)."""
     node = graph.view.nodes[entry[0]]
     while node["name"].endswith(TAP_SUFFIX):  # a tap passes its input through
@@ -132,23 +122,28 @@ def _input_taint(graph, reading, call, entry, taint):
         node = graph.view.nodes[entry[0]]
     if node["op"] == "null":
         values = reading.inputs.get((graph.runner, (call, node["name"])))
-        return {-1} if values is not None and not math.isfinite(values[0]) else set()
+        return {-1} if values is not None and _bad(values) else set()
     return set(taint.get((id(graph.runner), call, entry[0], entry[1]), ()))
 
 
-def _ref_value(ref, label, call, name):
-    values = ref.get((label, call, name))
-    return float(values[0]) if values is not None else math.nan
+def _magnitude(values):
+    """What the target run holds at an overflow, from its sum: inf, or NaN (NaN, or both inf and
+    -inf)."""
+    return math.inf if math.isinf(values[0]) else math.nan
 
 
-def _origin(graph, index, ref, runner, call, node_id, out, value):
-    """The :class:`Culprit` of an overflow that starts at output ``out`` of ``node_id``."""
+def _start(graph, index, runner, call, node_id, out, values):
+    """``(Culprit, place)`` of an overflow that starts at output ``out`` of ``node_id``; the
+    place is where the float32 run's magnitude is read."""
     source = graph.source(node_id)
     op = graph.view.nodes[source]
     tensor = graph.view.outputs.get((source, out if source == node_id else 0), op["name"])
-    return Culprit("" if op["op"] == "null" else index.owner(op["name"]), op["name"], "forward",
-                   _ref_value(ref, runner.label, call, tensor), tensor, value,
-                   "parameter" if op["op"] == "null" else op["op"])
+    culprit = Culprit("" if op["op"] == "null" else index.owner(op["name"]), op["name"],
+                      "forward", math.nan, tensor, _magnitude(values),
+                      "parameter" if op["op"] == "null" else op["op"])
+    place = ("parameter", runner.label, None, tensor) if op["op"] == "null" else \
+        ("forward", runner.label, call, tensor)
+    return culprit, place
 
 
 def _reaching_outputs(graphs, taint):
@@ -160,15 +155,14 @@ def _reaching_outputs(graphs, taint):
     return reached
 
 
-def forward_pass(reading, reference, index):
+def forward_pass(reading, index):
     """The :class:`ForwardPass` of a target run, its starts in execution order."""
-    graphs, ref = _graphs(reading), _by_label(reference, "forward")
+    graphs = _graphs(reading)
     taint, starts, propagated = {}, [], 0
     for runner, (call, node_id, out), values in reading.forward:
-        graph = graphs[id(runner)]
-        name = graph.view.outputs[(node_id, out)]
-        if not overflows(values[0], runner.part.plan.get(name, "float32")):
+        if not _bad(values):
             continue
+        graph = graphs[id(runner)]
         inherited = set()
         for entry in graph.view.nodes[node_id]["inputs"]:
             inherited |= _input_taint(graph, reading, call, entry, taint)
@@ -176,34 +170,24 @@ def forward_pass(reading, reference, index):
             propagated += 1
         else:
             inherited = {len(starts)}
-            starts.append(_origin(graph, index, ref, runner, call, node_id, out,
-                                  float(values[0])))
+            starts.append(_start(graph, index, runner, call, node_id, out, values))
         taint[(id(runner), call, node_id, out)] = frozenset(inherited)
     return ForwardPass(starts, taint, _reaching_outputs(graphs, taint), propagated)
 
 
-def _gradients(reading):
-    """``[(runner, name, values)]`` of the tapped gradients, largest over calls, first-seen
-    order."""
-    merged = {}
-    for runner, name, values in reading.backward:
-        key = (id(runner), name)
-        merged[key] = (runner, name, values if key not in merged else
-                       _merge(merged[key][2], values))
-    return list(merged.values())
-
-
 def _overflowing_gradients(reading, graphs):
     """``[(runner, node id, tensor, values, is parameter)]`` of every gradient that overflows,
-    the last op's first (the backward's order)."""
-    found = []
-    for runner, name, values in _gradients(reading):
-        if overflows(values[0], runner.part.plan.get(name, "float32")):
-            found.append((runner, graphs[id(runner)].node_of[name], name, values, False))
+    the last op's first (the backward's order); a part called several times counts once."""
+    found = {}
+    for runner, name, values in reading.backward:
+        if _bad(values):
+            found[(id(runner), name)] = (runner, graphs[id(runner)].node_of[name], name, values,
+                                         False)
     for (runner, name), values in reading.parameters.items():
-        if overflows(values[0], runner.part.plan.get(name, "float32")):
-            found.append((runner, graphs[id(runner)].node_of[name], name, values, True))
-    return sorted(found, key=lambda item: (-item[1], item[4]))
+        if _bad(values):
+            found[(id(runner), name)] = (runner, graphs[id(runner)].node_of[name], name, values,
+                                         True)
+    return sorted(found.values(), key=lambda item: (-item[1], item[4]))
 
 
 def _forward_starts_read(graph, node_id, forward):
@@ -217,12 +201,10 @@ def _forward_starts_read(graph, node_id, forward):
     return found
 
 
-def backward_pass(reading, reference, index, forward):
-    """``(culprits, forward starts blamed, propagated count)`` of a target run's backward pass,
-    the last op's first."""
-    graphs, ref = _graphs(reading), _by_label(reference, "backward")
-    ref_params = {(runner.label, name): values for (runner, name), values in
-                  reference.parameters.items()}
+def backward_pass(reading, index, forward):
+    """``([(Culprit, place)], forward starts blamed, propagated count)`` of a target run's
+    backward pass, the last op's first."""
+    graphs = _graphs(reading)
     loss_bad = reading.loss is not None and not math.isfinite(reading.loss)
     found = _overflowing_gradients(reading, graphs)
     bad = {}
@@ -239,43 +221,78 @@ def backward_pass(reading, reference, index, forward):
             propagated += 1
             continue
         op = graph.view.nodes[graph.reader(node_id) if is_param else graph.source(node_id)]
-        ref_values = ref_params.get((runner.label, tensor)) if is_param else \
-            ref.get((runner.label, None, tensor))
-        culprits.append(Culprit(index.owner(tensor if is_param else op["name"]), op["name"],
-                                "backward", float(ref_values[0]) if ref_values is not None
-                                else math.nan, tensor, float(values[0]), op["op"]))
+        culprits.append((Culprit(index.owner(tensor if is_param else op["name"]), op["name"],
+                                 "backward", math.nan, tensor, _magnitude(values), op["op"]),
+                         ("backward", runner.label, None, tensor)))
     return culprits, blamed - {-1}, propagated
 
 
-def find_culprits(target, reference, index):
-    """``(culprits, contained, propagated)`` of a target run against the float32 run: the forward
-    culprits in execution order then the backward ones, the contained forward starts, and
-    ``{'forward': n, 'backward': m}``, the overflowing values that only inherit one."""
-    forward = forward_pass(target, reference, index)
-    backward, blamed, backward_propagated = backward_pass(target, reference, index, forward)
+#: What a target run gave: the culprits and the contained starts, each ``(Culprit, place)`` with
+#: float32's magnitude still to read at ``place``, and the propagated counts.
+Findings = namedtuple("Findings", ["culprits", "contained", "propagated"])
+
+
+def find_culprits(target, index):
+    """The :class:`Findings` of a target run: the forward culprits in execution order then the
+    backward ones, the contained forward starts, and ``{'forward': n, 'backward': m}``, the
+    overflowing values that only inherit one."""
+    forward = forward_pass(target, index)
+    backward, blamed, backward_propagated = backward_pass(target, index, forward)
     chosen = forward.reached | blamed
-    return ([c for i, c in enumerate(forward.starts) if i in chosen] + backward,
-            [c for i, c in enumerate(forward.starts) if i not in chosen],
-            {"forward": forward.propagated, "backward": backward_propagated})
+    return Findings([c for i, c in enumerate(forward.starts) if i in chosen] + backward,
+                    [c for i, c in enumerate(forward.starts) if i not in chosen],
+                    {"forward": forward.propagated, "backward": backward_propagated})
+
+
+def _where(place):
+    return (place[0], place[1], place[3]) if place[0] != "forward" else place
+
+
+def wanted(findings):
+    """The places whose float32 magnitude the float32 run reads."""
+    return {_where(place) for _, place in findings.culprits + findings.contained
+            if place[0] != "parameter"}
+
+
+def with_magnitudes(findings, reference, runners):
+    """``(culprits, contained)``: the findings with float32's largest magnitudes filled in, read
+    from the float32 run (``runners``, its runners, hold the parameters' float32 values)."""
+    found = {}
+    for runner in runners:
+        for _, place in findings.culprits + findings.contained:
+            if place[0] == "parameter" and place[1] == runner.label:
+                value = mx.nd.max(mx.nd.abs(runner.arrays[place[3]])).asscalar()
+                found[_where(place)] = float(value)
+    for runner, key, values in reference.forward:
+        found[("forward", runner.label, key[0], runner.view.outputs[key[1:]])] = values[0]
+    for runner, name, values in reference.backward:
+        place = ("backward", runner.label, name)
+        found[place] = max(found.get(place, values[0]), values[0])
+    for (runner, name), values in reference.parameters.items():
+        found[("backward", runner.label, name)] = values[0]
+
+    def filled(pairs):
+        return [culprit._replace(max_abs=float(found.get(_where(place), math.nan)))
+                for culprit, place in pairs]
+    return filled(findings.culprits), filled(findings.contained)
 
 
 def underflow_rows(reference, index):
-    """The :class:`Underflow` of every tapped gradient and float16 parameter of the float32 run,
-    in graph order."""
-    graphs = _graphs(reference)
-    rows = []
-    for runner, name, values in _gradients(reference):
-        graph = graphs[id(runner)]
-        op = graph.view.nodes[graph.node_of[name]]["name"]
-        rows.append((id(runner), graph.node_of[name], index.owner(op), op, name, values))
-    for (runner, name), values in reference.parameters.items():
-        if runner.part.plan.get(name) != "float16":
+    """The :class:`Underflow` of every tapped gradient and float16 parameter of the float32 run
+    (read with ``counts``), in graph order; a part called several times adds its calls up."""
+    graphs, rows = _graphs(reference), {}
+    records = [(runner, name, values, False) for runner, name, values in reference.backward] + \
+        [(runner, name, values, True) for (runner, name), values in reference.parameters.items()]
+    for runner, name, values, is_param in records:
+        if is_param and runner.part.plan.get(name) != "float16":
             continue
         graph = graphs[id(runner)]
-        var = next(i for i, node in enumerate(graph.view.nodes) if node["name"] == name)
-        op = graph.view.nodes[graph.reader(var)]["name"]
-        rows.append((id(runner), var, index.owner(name), op, name, values))
-    rows.sort(key=lambda row: row[:2])
-    return [Underflow(path, op, tensor, int(values[1]), int(values[2]),
-                      values[2] / values[1] if values[1] else 0.0)
-            for _, _, path, op, tensor, values in rows]
+        node_id = graph.node_of[name]
+        op = graph.view.nodes[graph.reader(node_id) if is_param else node_id]["name"]
+        key = (graph.runner.label, node_id)
+        counts = rows[key][5] + values[2:4] if key in rows else values[2:4]
+        rows[key] = (id(runner), node_id, index.owner(name if is_param else op), op, name, counts)
+    ordered = sorted(rows.values(), key=lambda row: row[:2])
+    return [Underflow(path, op, tensor, int(counts.sum()), int(counts[0]),
+                      float(counts[0] / counts.sum()) if counts.sum() else 0.0)
+            for _, _, path, op, tensor, counts in ordered]

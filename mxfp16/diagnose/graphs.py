@@ -147,15 +147,16 @@ def draw_masks(masks, shapes, rng):
     return arrays
 
 
-def _trace_float32(net, call, numpy):
+def _trace_float32(net, call, numpy, training):
     """``(float32 graph, data names, positions, out_fmt)`` of a HybridBlock called with ``call``,
-    traced in training mode inside ``autograd.record()`` as a training step calls it."""
-    graph, names, positions, out_fmt = trace_call(net, call, training=True, recording=True,
-                                                  numpy=numpy)
+    traced in training mode inside ``autograd.record()`` as a training step calls it, or in
+    inference mode."""
+    graph, names, positions, out_fmt = trace_call(net, call, training=training,
+                                                  recording=training, numpy=numpy)
     return strip(graph, names), tuple(names), positions, out_fmt
 
 
-def _float32_graph(net, call):
+def _float32_graph(net, call, training):
     """``(float32 graph, data names, positions, out_fmt, cast)`` of any network's call; ``cast``
     casts a float32 graph as ``net`` was cast (its mode and kept blocks), ``cast_symbol`` in mode
     ``'full'`` for a float32 network."""
@@ -163,17 +164,17 @@ def _float32_graph(net, call):
         cast = net.recast or functools.partial(cast_symbol, mode="full")
         original = vars(net).get("_original")
         if original is None:  # a cast SymbolBlock: its own graph
-            inference, training = net.graphs
+            inference, training_graph = net.graphs
             names = tuple(net.data_names)
-            return (strip(training if training is not None else inference, names), names, None,
-                    None, cast)
-        return _trace_float32(original, call, net.numpy) + (cast,)
+            graph = training_graph if training and training_graph is not None else inference
+            return strip(graph, names), names, None, None, cast
+        return _trace_float32(original, call, net.numpy, training) + (cast,)
     cast = functools.partial(cast_symbol, mode="full")
     if isinstance(net, mx.gluon.SymbolBlock):
         inputs, outputs = mxnet_internals.symbol_block_graph(net)
         names = tuple(s.name for s in inputs)
         return strip(outputs, names), names, None, None, cast
-    return _trace_float32(net, call, numpy_interface.numpy_mode()) + (cast,)
+    return _trace_float32(net, call, numpy_interface.numpy_mode(), training) + (cast,)
 
 
 def _input_dtypes(data_names, positions, flat):
@@ -190,8 +191,10 @@ def _cast(graph, cast, dtype, names, input_dtypes, **keep):
     return target, internal_dtypes(gpu, input_dtypes), emulated
 
 
-def trace_part(net, call, dtype):
-    """The :class:`Part` of ``net`` called with ``call`` (a list of arguments), for ``dtype``.
+def trace_part(net, call, dtype, training=True):
+    """The :class:`Part` of ``net`` called with ``call`` (a list of arguments), for ``dtype``,
+    traced in training mode (its Dropout ops masked, see :func:`masked_dropout`) or in inference
+    mode.
 
     Parameters
     ----------
@@ -200,6 +203,7 @@ def trace_part(net, call, dtype):
     call : list
         The arguments of the call (arrays, None, nested lists).
     dtype : {'float16', 'bfloat16'}
+    training : bool
 
     Returns
     -------
@@ -215,8 +219,8 @@ def trace_part(net, call, dtype):
     ('float16', 'float32')
     """
     flat, _ = mxnet_internals.flatten_call(list(call))
-    graph, names, positions, out_fmt, cast = _float32_graph(net, call)
-    graph, masks = masked_dropout(graph)
+    graph, names, positions, out_fmt, cast = _float32_graph(net, call, training)
+    graph, masks = masked_dropout(graph) if training else (graph, [])
     dtypes = _input_dtypes(names, positions, flat)
     target, plan, emulated = _cast(graph, cast, dtype, names, dtypes)
     numpy = net.numpy if isinstance(net, CastBlock) else numpy_interface.numpy_mode()

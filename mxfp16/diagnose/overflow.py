@@ -14,7 +14,7 @@ from mxnet import gluon
 
 from ..casting.block import CastBlock
 from ..dtypes import check_dtype
-from .culprits import find_culprits, underflow_rows
+from .culprits import find_culprits, underflow_rows, wanted, with_magnitudes
 from .graphs import random_ops
 from .reading import Reader
 from .session import Session, check_inputs
@@ -112,9 +112,12 @@ class OverflowReport:
             lines.append(f"fix: cast_block(net, {self.dtype!r}, {self.fix()})   "
                          f"(scripts: --keep-float32 {','.join(self.keep_float32)})")
         lost = self.underflowing()
-        lines.append(f"underflow: {len(lost)} of {len(self.underflow)} float16 gradients lose "
-                     "more than 1% of their values to zero" + (": " + ", ".join(
-                         f"{row.tensor} {row.fraction:.1%}" for row in lost[:4]) if lost else ""))
+        if self.losses[0] is None:
+            lines.append("backward: not run (no loss: pass label= and/or loss_fn=)")
+        elif self.dtype == "float16":
+            lines.append(f"underflow: {len(lost)} of {len(self.underflow)} float16 gradients lose "
+                         "more than 1% of their values to zero" + (": " + ", ".join(
+                             f"{row.tensor} {row.fraction:.1%}" for row in lost[:4]) if lost else ""))
         if self.contained:
             lines.append(f"contained: {len(self.contained)} overflow(s) reach no output (inf by "
                          f"design, such as masks): {', '.join(c.op for c in self.contained[:3])}")
@@ -205,14 +208,17 @@ def find_overflow(net, *inputs, label=None, loss_fn=None, dtype="float16", loss_
     if loss_fn is None and label is not None:
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     session = Session(net, dtype)
-    readings = []
-    for kind in ("float32", "target"):
-        reader = Reader(counts=kind == "float32")
-        run, loss = session.run(kind, inputs, reader, label, loss_fn, loss_scale)
-        readings.append((reader.read(loss), run))
-    (reference, ref_run), (target, _) = readings
-    culprits, contained, propagated = find_culprits(target, reference, session.index)
+    reader = Reader(target=True)
+    target_run, loss = session.run("target", inputs, reader, label, loss_fn, loss_scale)
+    target = reader.read(loss)
+    findings = find_culprits(target, session.index)
+    reader = Reader(target=False, wanted=wanted(findings), counts=dtype == "float16")
+    ref_run, loss = session.run("float32", inputs, reader, label, loss_fn, loss_scale)
+    reference = reader.read(loss)
+    culprits, contained = with_magnitudes(findings, reference,
+                                          [runner for _, runner in ref_run.runners])
     random = [name for _, runner in ref_run.runners for name in random_ops(runner.graph)]
     underflow = underflow_rows(reference, session.index) if dtype == "float16" else []
-    return OverflowReport(culprits, _keep_paths(culprits, net), underflow, propagated, dtype,
-                          float(loss_scale), (reference.loss, target.loss), random, contained)
+    return OverflowReport(culprits, _keep_paths(culprits, net), underflow,
+                          findings.propagated, dtype, float(loss_scale),
+                          (reference.loss, target.loss), random, contained)

@@ -73,9 +73,10 @@ def _after_rounding(nodes, users, entry):
 LOW_PRECISION_NAMES = ("float16", "void16", "bfloat16")
 
 
-def _probe_targets(graph, dtypes):
+def _probe_targets(graph, dtypes, after_rounding=True):
     """Entry to probe -> the original output it stands for, for every float16 (or bfloat16) op
-    output."""
+    output (after the emulation's rounding where that is its only reader, or at the output
+    itself)."""
     nodes, users = graph["nodes"], _consumers(graph)
     targets = {}
     for (node_id, index) in list(users):
@@ -84,7 +85,8 @@ def _probe_targets(graph, dtypes):
             continue
         name = _output_name(node, index, dtypes)
         if name and dtypes[name] in LOW_PRECISION_NAMES:
-            targets[_after_rounding(nodes, users, (node_id, index))] = name
+            entry = (node_id, index)
+            targets[_after_rounding(nodes, users, entry) if after_rounding else entry] = name
     return targets
 
 
@@ -151,9 +153,11 @@ def add_gradient_probes(sym, dtypes):
 TAP_SUFFIX = "_grad_tap"
 
 
-def add_gradient_taps(sym, dtypes):
+def add_gradient_taps(sym, dtypes, after_rounding=True):
     """Insert a tap (an ``identity`` op) after every float16 (or bfloat16) output of a graph, at
-    the places :func:`add_gradient_probes` puts its probes.
+    the places :func:`add_gradient_probes` puts its probes, or (``after_rounding=False``) right at
+    the output, before the rounding that reads it: its gradient then is the one rounded to
+    float16, as a GPU stores it.
 
     Parameters
     ----------
@@ -181,7 +185,7 @@ def add_gradient_taps(sym, dtypes):
         return [{"op": "_copy", "name": name + TAP_SUFFIX, "inputs": [entry]}], next_id
 
     graph = json.loads(sym.tojson(remove_amp_cast=False))
-    return _insert_after(graph, _probe_targets(graph, dtypes), tap)
+    return _insert_after(graph, _probe_targets(graph, dtypes, after_rounding), tap)
 
 
 def round_float16_outputs(sym, dtypes):

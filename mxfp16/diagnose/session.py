@@ -9,7 +9,7 @@ instance for the run, then put back).
 import contextlib
 
 import mxnet as mx
-from mxnet import gluon
+from mxnet import autograd, gluon
 
 from .. import mxnet_internals
 from ..casting.selectors import BlockIndex
@@ -71,6 +71,9 @@ class Session:
         A HybridBlock, float32 or cast by :func:`mxfp16.cast_block`, or a plain Block made of
         HybridBlocks (float32, or cast in place).
     dtype : {'float16', 'bfloat16'}
+    training : bool
+        Run the batch as a training step (training mode, the backward of a loss), or as
+        inference (inference mode, the forward pass alone).
 
     Attributes
     ----------
@@ -78,8 +81,8 @@ class Session:
         The network's blocks, which name the block an op belongs to.
     """
 
-    def __init__(self, net, dtype):
-        self.net, self.dtype = net, dtype
+    def __init__(self, net, dtype, training=True):
+        self.net, self.dtype, self.training = net, dtype, training
         self.index = BlockIndex(net)
         self.plain = not isinstance(net, gluon.HybridBlock)
         self.keep = None  # a Keep the target graphs are cast again with (see with_keep)
@@ -91,7 +94,7 @@ class Session:
         base = (key, call_structure(call)[2], None)
         if base not in self._parts:
             block = self.net if key == "" else self.index.paths[key]
-            self._parts[base] = trace_part(block, call, self.dtype)
+            self._parts[base] = trace_part(block, call, self.dtype, self.training)
         if self.keep is None:
             return self._parts[base]
         kept = base[:2] + (id(self.keep),)
@@ -126,9 +129,10 @@ class Session:
 
     def run(self, kind, inputs, listener, label=None, loss_fn=None, loss_scale=1.0):
         """Run the batch in one kind of graph (``'float32'`` or ``'target'``): the forward pass in
-        training mode and, with a loss, the backward at ``loss_scale``.  Returns ``(run, loss)``."""
+        training mode and, with a loss, the backward at ``loss_scale`` (for a session of inference,
+        the forward pass in inference mode).  Returns ``(run, loss)``."""
         ctx = first_context(inputs)
-        run = Run(self.part, kind, listener)
+        run = Run(self.part, kind, listener, taps=self.training)
 
         def forward():
             if self.plain:
@@ -136,7 +140,12 @@ class Session:
             return run.call("", list(inputs), ctx)
 
         with self._routed(run, ctx):
-            loss = training_step(forward, label, loss_fn, loss_scale, listener)
+            if self.training:
+                loss = training_step(forward, label, loss_fn, loss_scale, listener)
+            else:
+                with autograd.predict_mode():
+                    forward()
+                loss = None
         if loss is not None:
             run.parameters()
         errors = [runner.error for _, runner in run.runners if runner.error is not None]
