@@ -39,7 +39,7 @@ _EXPORTS = {
     "optimizers": ("MULTI_PRECISION_OPTIMIZERS", "make_optimizer", "make_trainer", "rescale_grad"),
     "checkpoints.preemption": ("StopRequest",),
     "trainer": ("Trainer",),
-    "diagnose": ("find_overflow", "OverflowReport"),
+    "diagnose": ("find_overflow", "OverflowReport", "compare_precision", "PrecisionReport"),
     "checkpoints.training_state": ("TrainingState", "save_training_state", "load_training_state",
                                    "latest_training_state", "seed_step"),
 }
@@ -63,7 +63,8 @@ __all__ = [
     "make_optimizer", "make_trainer", "rescale_grad", "MULTI_PRECISION_OPTIMIZERS", "Trainer",
     "scale_loss_symbol", "make_scaled_module", "init_optimizer", "module_step",
     "BatchProcessor", "StopRequest", "TrainingState", "save_training_state", "load_training_state",
-    "latest_training_state", "seed_step", "find_overflow", "OverflowReport",
+    "latest_training_state", "seed_step", "find_overflow", "OverflowReport", "compare_precision",
+    "PrecisionReport",
 ]
 
 

@@ -4,7 +4,9 @@ estimated GPU speed-up and activation-gradient underflow.
     python scripts/report.py --network resnet50_v1 --image-shape 3,224,224 --batch-size 256 \\
         --gpu-mem 16GiB --json report.json --markdown report.md --plots plots/
 
-prints the report and writes it as JSON, Markdown and PNG plots when asked.  ``--checkpoint PREFIX
+prints the report and writes it as JSON, Markdown and PNG plots when asked.  ``--compare float16``
+adds every layer in float16 against float32 (``mxfp16.compare_precision``), with its plot of the
+error by layer (``error_by_layer.png``).  ``--checkpoint PREFIX
 --epoch N`` reports on a saved network instead (``mx.model.save_checkpoint`` or Gluon ``export``
 files).  A sequence model reads token ids: ``--network lstm_lm`` is a built-in LSTM language model
 (``--vocab-size``, ``--embed-size``, ``--hidden-size``, ``--num-layers``, ``--seq-len``), and a
@@ -62,6 +64,14 @@ def get_args_parser():
         help="batch size of those steps (default: 8)")
     add("--headroom", type=float, default=DEFAULT_HEADROOM,
         help=f"factor kept below 65504 by the recommended loss scale (default: {DEFAULT_HEADROOM:g})")
+    add("--compare", choices=("float16", "bfloat16"),
+        help="compare every layer in this dtype with float32 on one batch of random data, "
+             "written to --json and --plots (error_by_layer.png) (default: none)")
+    add("--compare-batch-size", type=int, default=8,
+        help="batch size of that comparison (default: 8)")
+    add("--compare-tolerance", type=float,
+        help="largest relative error of a layer in that comparison (default: 0.02 for float16, "
+             "0.1 for bfloat16)")
     add("--seed", type=int, default=0, help="seed of the random data and weights (default: 0)")
     add("--json", help="write the report as JSON to this file (default: none)")
     add("--markdown", help="write the report as Markdown to this file (default: none)")
@@ -78,7 +88,9 @@ def config_from_args(args):
         gpu_bytes=parse_size(args.gpu_mem) if args.gpu_mem else None, optimizer=args.optimizer,
         underflow_steps=args.underflow_steps, underflow_batch_size=args.underflow_batch_size,
         headroom=args.headroom, seed=args.seed, seq_len=args.seq_len, vocab_size=args.vocab_size,
-        embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers)
+        embed_size=args.embed_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
+        compare=args.compare, compare_batch_size=args.compare_batch_size,
+        compare_tolerance=args.compare_tolerance)
 
 
 def main(argv=None):

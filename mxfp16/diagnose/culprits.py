@@ -142,8 +142,14 @@ def _start(graph, index, runner, call, node_id, out, values):
                       "forward", math.nan, tensor, _magnitude(values),
                       "parameter" if op["op"] == "null" else op["op"])
     place = ("parameter", runner.label, None, tensor) if op["op"] == "null" else \
-        ("forward", runner.label, call, tensor)
+        ("forward", runner.label, call, tensor, _reader_paths(graph, index, source))
     return culprit, place
+
+
+def _reader_paths(graph, index, node_id):
+    """The blocks of the ops that read the output of ``node_id``, in graph order."""
+    return tuple(dict.fromkeys(index.owner(graph.view.nodes[reader]["name"])
+                               for reader in sorted(graph.readers(node_id))))
 
 
 def _reaching_outputs(graphs, taint):
@@ -166,6 +172,8 @@ def forward_pass(reading, index):
         inherited = set()
         for entry in graph.view.nodes[node_id]["inputs"]:
             inherited |= _input_taint(graph, reading, call, entry, taint)
+        if -1 in inherited:  # an input given inf or NaN (by an earlier part): it alone is the cause
+            inherited = {-1}
         if inherited:
             propagated += 1
         else:
@@ -228,7 +236,8 @@ def backward_pass(reading, index, forward):
 
 
 #: What a target run gave: the culprits and the contained starts, each ``(Culprit, place)`` with
-#: float32's magnitude still to read at ``place``, and the propagated counts.
+#: float32's magnitude still to read at ``place`` (a forward start's place ends with the blocks of
+#: the ops reading its value), and the propagated counts.
 Findings = namedtuple("Findings", ["culprits", "contained", "propagated"])
 
 
@@ -245,7 +254,7 @@ def find_culprits(target, index):
 
 
 def _where(place):
-    return (place[0], place[1], place[3]) if place[0] != "forward" else place
+    return (place[0], place[1], place[3]) if place[0] != "forward" else place[:4]
 
 
 def wanted(findings):

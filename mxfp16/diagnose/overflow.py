@@ -15,6 +15,7 @@ from mxnet import gluon
 from ..casting.block import CastBlock
 from ..dtypes import check_dtype
 from .culprits import find_culprits, underflow_rows, wanted, with_magnitudes
+from .fix import find_fix
 from .graphs import random_ops
 from .reading import Reader
 from .session import Session, check_inputs
@@ -42,8 +43,14 @@ class OverflowReport:
         an input), ``op``, ``phase`` (``'forward'`` or ``'backward'``), ``max_abs`` (float32's
         largest magnitude there), ``tensor``, ``value`` (the target dtype's), ``op_type``.
     keep_float32 : list of str
-        The block paths that fix the forward culprits: ``cast_block(net, dtype,
-        keep_float32=report.keep_float32)``, ``--keep-float32 ','.join(report.keep_float32)``.
+        The block paths that fix the forward culprits, checked by running the batch again with
+        them kept (:mod:`mxfp16.diagnose.fix`), those a cast network keeps already included:
+        ``cast_block(net, dtype, keep_float32=report.keep_float32)``, ``--keep-float32
+        ','.join(report.keep_float32)``.
+    fixed : bool or None
+        Whether the batch runs without a forward culprit with ``keep_float32`` kept (None
+        without forward culprits; False when no block fixes them: the network's own op, an
+        input, or more rounds than :data:`mxfp16.diagnose.fix.MAX_ROUNDS`).
     underflow : list of Underflow
         For each output the cast keeps in float16 (and each float16 parameter), the share of
         its float32 gradient values, at the loss scale, that float16 flushes to zero.
@@ -72,6 +79,7 @@ class OverflowReport:
         self.losses = tuple(losses)
         self.random_ops = list(random)
         self.contained = list(contained)
+        self.fixed = None
 
     def __bool__(self):
         return bool(self.culprits)
@@ -87,7 +95,8 @@ class OverflowReport:
         return [c for c in self.culprits if c.phase == phase]
 
     def fix(self):
-        """The fix as code (``"keep_float32=['att']"``), or None when there is none to give."""
+        """The fix as code (``"keep_float32=['att']"``), or None when there is none to give
+        (``fixed`` says whether it was enough)."""
         return f"keep_float32={self.keep_float32!r}" if self.keep_float32 else None
 
     def underflowing(self, fraction=0.01):
@@ -100,17 +109,23 @@ class OverflowReport:
                 f"{' (' + ', '.join(self.phases) + ')' if self.culprits else ''}")
         lines = [head]
         if self.culprits:
-            rows = [("phase", "block", "op", "tensor", "float32 max", f"{self.dtype} max")] + [
-                (c.phase, c.path or "(network)", c.op, c.tensor, _magnitude(c.max_abs),
-                 _magnitude(c.value)) for c in self.culprits]
-            widths = [max(len(row[i]) for row in rows) for i in range(6)]
+            rows = [("phase", "block", "op", "tensor", "float32 max")] + [
+                (c.phase, c.path or "(network)", c.op, c.tensor, _magnitude(c.max_abs))
+                for c in self.culprits]
+            widths = [max(len(row[i]) for row in rows) for i in range(5)]
             lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths))
                       .rstrip() for row in rows]
             lines.append(f"  propagated: {self.propagated['forward']} forward, "
                          f"{self.propagated['backward']} backward")
         if self.keep_float32:
+            checked = "checked: the forward then has no culprit" if self.fixed else \
+                "not enough: the forward still overflows with these kept"
             lines.append(f"fix: cast_block(net, {self.dtype!r}, {self.fix()})   "
-                         f"(scripts: --keep-float32 {','.join(self.keep_float32)})")
+                         f"(scripts: --keep-float32 {','.join(self.keep_float32)}; {checked})")
+        elif self.fixed is False:
+            lines.append("fix: no block to keep (an op of the network itself, a parameter or an "
+                         "input overflows): keep its block's parent, normalize the input, or cast "
+                         "to float32")
         lost = self.underflowing()
         if self.losses[0] is None:
             lines.append("backward: not run (no loss: pass label= and/or loss_fn=)")
@@ -125,14 +140,6 @@ class OverflowReport:
             lines.append(f"note: random ops {self.random_ops[:4]} drew differently in the two "
                          "runs and moved MXNet's generator")
         return "\n".join(lines)
-
-
-def _keep_paths(culprits, net):
-    """The innermost blocks owning the forward culprits (not the network itself, an input, or a
-    block a cast network keeps already), in culprit order."""
-    kept = set(getattr(net, "keep_float32", ()) or ())
-    paths = [c.path for c in culprits if c.phase == "forward" and c.path and c.op_type != "input"]
-    return [p for p in dict.fromkeys(paths) if p not in kept]
 
 
 def _check(net, dtype, loss_scale, loss_fn):
@@ -219,6 +226,9 @@ def find_overflow(net, *inputs, label=None, loss_fn=None, dtype="float16", loss_
                                           [runner for _, runner in ref_run.runners])
     random = [name for _, runner in ref_run.runners for name in random_ops(runner.graph)]
     underflow = underflow_rows(reference, session.index) if dtype == "float16" else []
-    return OverflowReport(culprits, _keep_paths(culprits, net), underflow,
-                          findings.propagated, dtype, float(loss_scale),
-                          (reference.loss, target.loss), random, contained)
+    batch = {"inputs": inputs, "label": label, "loss_fn": loss_fn, "loss_scale": loss_scale}
+    paths, fixed = find_fix(session, batch, findings)
+    report = OverflowReport(culprits, paths, underflow, findings.propagated, dtype,
+                            float(loss_scale), (reference.loss, target.loss), random, contained)
+    report.fixed = fixed
+    return report

@@ -12,12 +12,19 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 from .. import mxnet_internals
+from ..casting.block import CastBlock
+from ..casting.keep import Keep
+from ..casting.plain_block import CastPlainBlock
 from ..casting.selectors import BlockIndex
 from ..casting.signature import call_structure
 from .capture import Run, training_step
 from .graphs import recast_part, trace_part
 
 __all__ = ["Session", "first_context"]
+
+
+#: Every op kept in float32: a part of a cast plain Block that its ``keep_float32`` left float32.
+_KEEP_ALL = Keep(lambda name, op=None: True)
 
 
 def first_context(inputs):
@@ -94,7 +101,10 @@ class Session:
         base = (key, call_structure(call)[2], None)
         if base not in self._parts:
             block = self.net if key == "" else self.index.paths[key]
-            self._parts[base] = trace_part(block, call, self.dtype, self.training)
+            part = trace_part(block, call, self.dtype, self.training)
+            if isinstance(self.net, CastPlainBlock) and not isinstance(block, CastBlock):
+                part = recast_part(part, self.dtype, _KEEP_ALL)  # kept float32 at the cast
+            self._parts[base] = part
         if self.keep is None:
             return self._parts[base]
         kept = base[:2] + (id(self.keep),)

@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass
 import mxnet as mx
 
 from ..casting import cast_symbol
+from ..diagnose.precision import DEFAULT_TOLERANCES
+from ..dtypes import check_dtype
+from .compare import layer_comparison
 from .graph_info import inspect_graph
 from .memory import check_optimizer, memory_report
 from .precision_map import precision_map
@@ -47,7 +50,9 @@ class ReportConfig:
     """What to report on, and how.
 
     ``gpu_bytes=None`` takes the memory of the first GPU in ``gpus``; ``underflow_steps=0`` skips the
-    gradient histogram (the only part that runs the network).  A sequence model reads token ids of
+    gradient histogram; ``compare`` (``'float16'`` or ``'bfloat16'``) compares every layer in that
+    dtype with float32 on one batch of ``compare_batch_size``, ``compare_tolerance`` (None: the
+    dtype's default) on the relative error.  A sequence model reads token ids of
     shape (batch, ``seq_len``) instead of images: ``seq_len`` is set for a built-in sequence network
     (35 when not given) and must be given for a checkpoint of one; ``vocab_size``, ``embed_size``,
     ``hidden_size`` and ``num_layers`` size the built-in ``lstm_lm`` (None: GluonNLP's
@@ -72,6 +77,9 @@ class ReportConfig:
     embed_size: int = None
     hidden_size: int = None
     num_layers: int = None
+    compare: str = None
+    compare_batch_size: int = 8
+    compare_tolerance: float = None
 
     def __post_init__(self):
         self.image_shape = parse_shape(self.image_shape)
@@ -89,6 +97,23 @@ class ReportConfig:
                              f"got {self.underflow_steps!r}")
         if self.gpu_bytes is None:
             self.gpu_bytes = GPU_SPECS[self.gpus[0]].memory
+        self._check_compare()
+
+    def _check_compare(self):
+        if self.compare is None:
+            return
+        self.compare = check_dtype(self.compare)
+        if self.compare not in DEFAULT_TOLERANCES:
+            raise ValueError(f"compare={self.compare!r}: compare float16 or bfloat16 with float32 "
+                             "(--compare float16)")
+        if int(self.compare_batch_size) < 1:
+            raise ValueError(f"compare_batch_size must be a positive whole number, got "
+                             f"{self.compare_batch_size!r}")
+        tolerance = self.compare_tolerance
+        if tolerance is not None and not (tolerance > 0 and tolerance < float("inf")):
+            raise ValueError(f"compare_tolerance must be a positive number (default "
+                             f"{DEFAULT_TOLERANCES[self.compare]:g} for {self.compare}), got "
+                             f"{tolerance!r}")
 
 
 def data_shape(config, batch_size):
@@ -96,12 +121,30 @@ def data_shape(config, batch_size):
     return (batch_size,) + ((config.seq_len,) if config.seq_len else tuple(config.image_shape))
 
 
+def _initialize(block, config):
+    """A zoo network comes uninitialized: He initialization, as GluonCV trains, from the seed."""
+    mx.random.seed(config.seed)
+    if not config.checkpoint:
+        block.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+
+
+def _compare(block, config, info32):
+    """The layer-by-layer comparison, on one batch of random data (None unless asked for)."""
+    if not config.compare:
+        return None
+    if config.seq_len:
+        data = random_token_batches(config.compare_batch_size, config.seq_len,
+                                    input_vocabulary(info32), 1, 1, config.seed)[0][0]
+    else:
+        data = random_batches(data_shape(config, config.compare_batch_size), 1, 1,
+                              config.seed)[0][0]
+    block(data)  # completes deferred initialization
+    return layer_comparison(block, data, config.compare, config.compare_tolerance)
+
+
 def _underflow(block, config, num_classes, info32):
     if not config.underflow_steps:
         return None
-    mx.random.seed(config.seed)
-    if not config.checkpoint:  # a zoo network comes uninitialized: He initialization, as GluonCV trains
-        block.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
     if config.seq_len:
         batches = random_token_batches(config.underflow_batch_size, config.seq_len,
                                        input_vocabulary(info32), num_classes,
@@ -125,8 +168,9 @@ def build_report(config):
     dict
         ``network``, ``data_shape``, ``tensor_cores`` (:func:`check_tensor_cores`), ``precision``
         (:func:`precision_map`), ``memory`` (:func:`memory_report`), ``speedup`` (``model``,
-        ``gpus``: :func:`estimate_speedup`, ``published``) and ``underflow``
-        (:func:`gradient_underflow`, or None).
+        ``gpus``: :func:`estimate_speedup`, ``published``), ``underflow``
+        (:func:`gradient_underflow`, or None) and ``compare``
+        (:meth:`mxfp16.diagnose.precision.PrecisionReport.to_dict`, or None).
 
     Raises
     ------
@@ -153,13 +197,16 @@ def build_report(config):
                              {c["name"]: c for c in tf32["layers"]}, config.batch_size, config.gpus)
     outputs = {tensor.name: tensor for layer in info32.layers for tensor in layer.outputs}
     num_classes = outputs[sym.list_outputs()[0]].shape[-1]
+    if config.compare or config.underflow_steps:
+        _initialize(block, config)
+    compare = _compare(block, config, info32)  # before the histogram casts the block in place
     return {"network": name, "data_shape": list(shapes["data"]), "config": _config_dict(config),
             "tensor_cores": cores, "precision": precision_map(sym, cast),
             "memory": memory_report(info32, info16, config.batch_size, config.gpu_bytes,
                                     optimizer=config.optimizer),
             "speedup": {"model": MODEL_SUMMARY, "gpus": speed,
                         "published": published_speedups(None if config.checkpoint else name)},
-            "underflow": _underflow(block, config, num_classes, info32)}
+            "underflow": _underflow(block, config, num_classes, info32), "compare": compare}
 
 
 def _config_dict(config):

@@ -1,10 +1,12 @@
-"""PNG plots of the report: the gradient histogram and the per-layer time estimate.
+"""PNG plots of the report: the gradient histogram, the per-layer time estimate and the error by
+layer of the comparison with float32.
 
 matplotlib is imported when a plot is drawn, with its file-only Agg backend (no display needed).
 """
 import math
 import os
 
+from .compare import plot_comparison
 from .underflow import FLOAT16_MAX, FLOAT16_MIN_NORMAL, FLOAT16_MIN_SUBNORMAL
 
 
@@ -144,7 +146,8 @@ def plot_layer_times(estimate, path):
 
 
 def save_plots(report, directory):
-    """Write ``gradient_histogram.png`` (when the report has one) and ``layer_times_<GPU>.png``.
+    """Write ``gradient_histogram.png`` and ``error_by_layer.png`` (when the report has them)
+    and ``layer_times_<GPU>.png``.
 
     Parameters
     ----------
@@ -164,4 +167,7 @@ def save_plots(report, directory):
     if report["underflow"]:
         written.insert(0, plot_gradient_histogram(report["underflow"],
                                                   os.path.join(directory, "gradient_histogram.png")))
+    if report.get("compare"):
+        written.append(plot_comparison(report["compare"],
+                                       os.path.join(directory, "error_by_layer.png"), _pyplot()))
     return written

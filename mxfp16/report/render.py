@@ -3,6 +3,7 @@
 Both renderings come from one list of blocks: ``('title', text)``, ``('text', text)`` and
 ``('table', headers, rows)``.
 """
+from .compare import compare_blocks
 from .underflow import FLOAT16_MIN_NORMAL, FLOAT16_MIN_SUBNORMAL
 
 #: Rows of the longest per-layer tables in the text rendering (Markdown and JSON have all).
@@ -178,7 +179,7 @@ def report_blocks(report):
             + _precision_blocks(report["precision"]) + _memory_blocks(report["memory"])
             + _speed_blocks(report["speedup"], "seq" if len(report["data_shape"]) == 2 else "img")
             + _slowest_layers(report["speedup"])
-            + _underflow_blocks(report["underflow"]))
+            + _underflow_blocks(report["underflow"]) + compare_blocks(report.get("compare")))
 
 
 def _text_table(headers, rows):

@@ -1,0 +1,97 @@
+"""The fix of forward culprits: the blocks to keep in float32, checked by running the batch again.
+
+Keeping the innermost block that owns a culprit is usually enough: its ops then run in float32.
+It is not when the value that overflows leaves the block: the block's float32 output still meets
+the float16 op that reads it, and overflows there (a feed-forward layer whose output is beyond
+65504 feeds its activation).  So the batch runs again in the target dtype with the blocks kept
+(:func:`mxfp16.casting.keep.block_keep`, as ``cast_block(..., keep_float32=...)`` keeps them),
+and an overflow that still starts inside a kept block widens it to the block around it when
+that block holds the ops reading the value (the feed-forward block of a layer whose output feeds
+its activation), or else adds their blocks (a convolution's BatchNorm, both children of the
+network); an overflow in a block not kept adds that block; until the forward pass has no culprit
+or :data:`MAX_ROUNDS` runs have not found one.
+"""
+from ..casting.keep import block_keep
+from .culprits import find_culprits
+from .reading import Reader
+
+__all__ = ["MAX_ROUNDS", "find_fix"]
+
+#: Runs of the batch that look for a fix before giving up.
+MAX_ROUNDS = 4
+
+
+def kept_paths(net):
+    """The block paths a cast network keeps in float32 already (``cast_block``'s
+    ``keep_float32``)."""
+    return list(getattr(net, "keep_float32", ()) or ())
+
+
+def _parent(path):
+    return path.rpartition(".")[0]
+
+
+def _covering(path, paths):
+    """The path of ``paths`` that is ``path`` or contains it, or None."""
+    return next((p for p in paths if path == p or path.startswith(p + ".")), None)
+
+
+def _widened(paths, starts):
+    """``paths`` with what the forward culprits (``(Culprit, place)``) ask: a block not kept
+    added; a kept block that still overflows (where its float32 value meets a float16 op) widened
+    to the block around it when that holds the ops reading the value, else those ops' blocks
+    added; None when a culprit cannot be fixed by a block (the network's own op, a parameter, an
+    input)."""
+    paths = list(paths)
+    for culprit, place in starts:
+        if not culprit.path or culprit.op_type in ("parameter", "input"):
+            return None
+        covering = _covering(culprit.path, paths)
+        if covering is None:
+            paths.append(culprit.path)
+            continue
+        readers = [p for p in place[4] if p and _covering(p, paths) is None]
+        parent = _parent(covering)
+        if parent and all(_covering(p, [parent]) for p in readers):
+            paths[paths.index(covering)] = parent  # the block around it holds the readers
+        elif readers:
+            paths += readers
+        else:
+            return None
+    outermost = [p for p in paths if _covering(p, [q for q in paths if q != p]) is None]
+    return list(dict.fromkeys(outermost))
+
+
+def find_fix(session, batch, findings):
+    """``(paths, fixed)``: the block paths to keep in float32 (those a cast network keeps
+    already included, ready for ``cast_block(..., keep_float32=paths)``), and whether the batch
+    then runs without a forward culprit (None when there was none to fix).
+
+    Parameters
+    ----------
+    session : Session
+        The network under diagnosis.
+    batch : dict
+        ``inputs``, ``label``, ``loss_fn``, ``loss_scale`` of
+        :meth:`mxfp16.diagnose.session.Session.run`.
+    findings : Findings
+        What the batch gave without the fix (:func:`~mxfp16.diagnose.culprits.find_culprits`).
+    """
+    forward = [(c, place) for c, place in findings.culprits if c.phase == "forward"]
+    if not forward:
+        return [], None
+    paths = kept_paths(session.net)
+    for _ in range(MAX_ROUNDS):
+        widened = _widened(paths, forward)
+        if widened is None or widened == paths:
+            return [p for p in dict.fromkeys(c.path for c, _ in forward) if p], False
+        paths = widened
+        with session.with_keep(block_keep(session.index, paths)[0]):
+            reader = Reader(target=True)
+            _, loss = session.run("target", batch["inputs"], reader, batch["label"],
+                                  batch["loss_fn"], batch["loss_scale"])
+            findings = find_culprits(reader.read(loss), session.index)
+        forward = [(c, place) for c, place in findings.culprits if c.phase == "forward"]
+        if not forward:
+            return paths, True
+    return paths, False
