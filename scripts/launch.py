@@ -54,7 +54,8 @@ def get_args_parser():
     parser.add_argument("--host-ip", default=None,
                         help="the scheduler's address, reachable from every host (default: "
                              "127.0.0.1 locally; with -H, this machine's address on the route "
-                             "to the other hosts)")
+                             "to the other hosts; with --launcher slurm, the first node's "
+                             "address, and --host-ip must be one of that node's)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME[:VALUE]",
                         help="pass a variable from this environment (NAME) or set one "
                              "(NAME:VALUE) for the servers and workers; repeatable (default: none)")
