@@ -73,6 +73,7 @@ def start_until(args, marker, signum, cwd):
         watcher.join(timeout=300)
         process.wait(timeout=30)
         return process.returncode, "".join(lines)
+    finish.process = process
     return finish
 
 
@@ -97,24 +98,55 @@ CASES = [
     ("SIGKILL", "module", 2, "synthetic", 3),
     ("SIGTERM", "gluon", 1, "records", 0),  # ImageRecordIter: the epochs' resets replayed
 ]
+CASE_NAMES = ("signal_name", "api", "devices", "source", "save_steps")
+
+
+def case_flags(case, image_folder, rec_files):
+    """The flags of a case's runs but --model-prefix, and its --resume ('auto' in the first)."""
+    signal_name, api, devices, source, save_steps = case
+    args = COMMON + data_flags(source, image_folder, rec_files) + ["--api", api]
+    args += ["--cpus", str(devices)] * (devices > 1) + ["--save-steps", str(save_steps)] * (
+        save_steps > 0)
+    return args, "auto" if case == CASES[0] else None  # one command run twice: starts, continues
+
+
+@pytest.fixture(scope="module")
+def interrupted_runs(request, image_folder, rec_files, tmp_path_factory):
+    """``case -> (prefix, finish)`` of the case's interrupted run (:func:`start_until`).  A case's
+    run starts while the case before it trains and resumes here: one of the two cores would idle."""
+    chosen = [tuple(item.callspec.params[name] for name in CASE_NAMES)
+              for item in request.session.items if item.module is request.module
+              and item.originalname == "test_interrupted_and_resumed_run_ends_bit_identical"]
+    started = {}
+
+    def start(case):
+        args, resume = case_flags(case, image_folder, rec_files)
+        workdir = tmp_path_factory.mktemp("interrupted")
+        part = str(workdir / "part" / "r")
+        started[case] = part, start_until(args + ["--model-prefix", part] + ["--resume", "auto"] * (
+            resume == "auto"), "Epoch[1] Batch[5]", getattr(signal, case[0]), workdir)
+
+    def run(case):
+        for next_case in chosen[chosen.index(case):chosen.index(case) + 2]:
+            if next_case not in started:
+                start(next_case)
+        return started.pop(case)
+    yield run
+    for _, finish in started.values():  # not waited for (a case failed before it, -x)
+        finish.process.kill()
+        finish()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signal_name, api, devices, source, save_steps", CASES)
+@pytest.mark.parametrize(",".join(CASE_NAMES), CASES)
 def test_interrupted_and_resumed_run_ends_bit_identical(train_imagenet, image_folder, rec_files,
-                                                        tmp_path, signal_name, api, devices, source,
-                                                        save_steps):
-    args = COMMON + data_flags(source, image_folder, rec_files) + ["--api", api]
-    if devices > 1:
-        args += ["--cpus", str(devices)]
-    if save_steps:
-        args += ["--save-steps", str(save_steps)]
-    full, part = str(tmp_path / "full" / "r"), str(tmp_path / "part" / "r")
-    # The first case runs one command twice: --resume auto starts, then continues.
-    resume = "auto" if (signal_name, api, devices, source, save_steps) == CASES[0] else part
-    # the interrupted run starts first: the uninterrupted one trains here while it imports MXNet
-    interrupted = start_until(args + ["--model-prefix", part] + ["--resume", "auto"] * (
-        resume == "auto"), "Epoch[1] Batch[5]", getattr(signal, signal_name), tmp_path)
+                                                        interrupted_runs, tmp_path, signal_name,
+                                                        api, devices, source, save_steps):
+    case = (signal_name, api, devices, source, save_steps)
+    args, resume = case_flags(case, image_folder, rec_files)
+    full = str(tmp_path / "full" / "r")
+    part, interrupted = interrupted_runs(case)  # started first: it imports MXNet as this trains
+    resume = resume or part
     assert train_imagenet(args + ["--model-prefix", full]) == 0
     code, output = interrupted()
     expected_code = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[signal_name]
