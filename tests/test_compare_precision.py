@@ -1,8 +1,8 @@
 """mxfp16.compare_precision, layer by layer against float32, and scripts/report.py --compare: exact
 errors where float16's rounding is exact, the first layer beyond tolerance of a planted overflow,
-bfloat16, the NumPy interface, and the script's JSON, plot and one-line errors."""
+bfloat16, the NumPy interface, and the script's one-line errors (its JSON and plot:
+tests/test_report_script.py)."""
 import json
-import os
 
 import mxnet as mx
 import numpy as np
@@ -98,21 +98,6 @@ def test_refused_in_one_line(attention):
         mxfp16.compare_precision(net, x, tolerance=-1)
     with pytest.raises(ValueError, match=r"dtype='float32': compare_precision compares one of"):
         mxfp16.compare_precision(net, x, dtype="float32")
-
-
-@pytest.mark.slow
-def test_the_report_script_writes_the_comparison(tmp_path, capsys, script_main):
-    code = script_main("report")(["--network", "resnet18_v1", "--image-shape", "3,32,32", "--batch-size",
-                        "8", "--num-classes", "10", "--gpu", "V100", "--underflow-steps", "0",
-                        "--compare", "float16", "--compare-batch-size", "2",
-                        "--json", str(tmp_path / "r.json"), "--plots", str(tmp_path / "plots")])
-    assert code == 0
-    out = capsys.readouterr().out
-    assert "6. Layer by layer against float32" in out and "Every layer is within it." in out
-    written = json.loads((tmp_path / "r.json").read_text())["compare"]
-    assert written["dtype"] == "float16" and written["first_beyond_tolerance"] is None
-    assert len(written["layers"]) == 68 and written["layers"][0]["op"] == "resnetv10_conv0_fwd"
-    assert os.path.getsize(tmp_path / "plots" / "error_by_layer.png") > 10000
 
 
 @pytest.mark.parametrize("flags, message", [

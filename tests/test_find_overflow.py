@@ -142,6 +142,18 @@ def test_a_loss_weighted_1e6_overflows_the_backward_pass():
     assert report.losses[0] > 0 and np.isfinite(report.losses[1])  # the forward is fine
 
 
+def test_a_symbol_block_is_fixed_by_op_names():
+    data = mx.sym.var("data")
+    fc1 = mx.sym.FullyConnected(data, num_hidden=4, name="fc1")
+    net = gluon.SymbolBlock(mx.sym.FullyConnected(fc1, num_hidden=2, name="fc2"), [data])
+    net.initialize(mx.init.Constant(300))
+    x = mx.nd.ones((1, 2))
+    net(x)  # 2 * 300 + 300 = 900, then 4 * 900 * 300 + 300 = 1080300 (biases 300 too)
+    report = mxfp16.find_overflow(mxfp16.cast_block(net, "float16"), x, label=mx.nd.zeros(1))
+    assert [(c.path, c.op, c.max_abs) for c in report.culprits] == [("", "fc2", 1080300.0)]
+    assert report.keep_float32 == ["fc2"] and report.fixed  # cast_block takes op names here
+
+
 def test_bfloat16_finds_nothing(attention_report):
     net, x, _ = attention_report
     report = mxfp16.find_overflow(net, x, label=mx.nd.zeros((4, 16, 1)),

@@ -46,6 +46,7 @@ def test_main_writes_json_markdown_and_plots(kind, report_main, tmp_path, capsys
     code = report_main(["--checkpoint", prefix, "--epoch", "1", "--image-shape", "3,8,8",
                         "--batch-size", "16", "--gpu", "A100", "--gpu-mem", "40G",
                         "--underflow-steps", "2", "--underflow-batch-size", "2",
+                        "--compare", "float16", "--compare-batch-size", "2",
                         "--json", str(out / "report.json"), "--markdown", str(out / "report.md"),
                         "--plots", str(out / "plots")])
     captured = capsys.readouterr()
@@ -63,7 +64,13 @@ def test_main_writes_json_markdown_and_plots(kind, report_main, tmp_path, capsys
     markdown = (out / "report.md").read_text()
     assert markdown.startswith("# Float16 precision report: tiny")
     assert "## 5. Activation-gradient underflow" in markdown and "| layer | op |" in markdown
-    for name in ("gradient_histogram.png", "layer_times_A100.png"):
+    compare = report["compare"]  # every op of the graph, in float16 against float32
+    assert compare["dtype"] == "float16" and compare["first_beyond_tolerance"] is None
+    assert [layer["op_type"] for layer in compare["layers"]][:3] == \
+        ["Convolution", "BatchNorm", "Activation"]
+    assert "## 6. Layer by layer against float32" in markdown and "Every layer is within it." \
+        in captured.out
+    for name in ("gradient_histogram.png", "layer_times_A100.png", "error_by_layer.png"):
         assert (out / "plots" / name).read_bytes()[:8] == PNG_MAGIC
 
 

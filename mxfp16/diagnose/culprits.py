@@ -147,9 +147,10 @@ def _start(graph, index, runner, call, node_id, out, values):
 
 
 def _reader_paths(graph, index, node_id):
-    """The blocks of the ops that read the output of ``node_id``, in graph order."""
-    return tuple(dict.fromkeys(index.owner(graph.view.nodes[reader]["name"])
-                               for reader in sorted(graph.readers(node_id))))
+    """``(block path, op name)`` of the ops that read the output of ``node_id``, in graph
+    order."""
+    names = [graph.view.nodes[reader]["name"] for reader in sorted(graph.readers(node_id))]
+    return tuple((index.owner(name), name) for name in names)
 
 
 def _reaching_outputs(graphs, taint):
@@ -236,8 +237,8 @@ def backward_pass(reading, index, forward):
 
 
 #: What a target run gave: the culprits and the contained starts, each ``(Culprit, place)`` with
-#: float32's magnitude still to read at ``place`` (a forward start's place ends with the blocks of
-#: the ops reading its value), and the propagated counts.
+#: float32's magnitude still to read at ``place`` (a forward start's place ends with the
+#: ``(block path, op name)`` of the ops reading its value), and the propagated counts.
 Findings = namedtuple("Findings", ["culprits", "contained", "propagated"])
 
 

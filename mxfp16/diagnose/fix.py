@@ -9,9 +9,11 @@ and an overflow that still starts inside a kept block widens it to the block aro
 that block holds the ops reading the value (the feed-forward block of a layer whose output feeds
 its activation), or else adds their blocks (a convolution's BatchNorm, both children of the
 network); an overflow in a block not kept adds that block; until the forward pass has no culprit
-or :data:`MAX_ROUNDS` runs have not found one.
+or :data:`MAX_ROUNDS` runs have not found one.  A graph without blocks (a ``SymbolBlock``: a
+Module's graph, a checkpoint) is fixed by op names instead, as ``cast_block`` selects its ops:
+the op, then the ops reading its value.
 """
-from ..casting.keep import block_keep
+from ..casting.keep import Keep, block_keep
 from .culprits import find_culprits
 from .reading import Reader
 
@@ -50,7 +52,7 @@ def _widened(paths, starts):
         if covering is None:
             paths.append(culprit.path)
             continue
-        readers = [p for p in place[4] if p and _covering(p, paths) is None]
+        readers = list(dict.fromkeys(p for p, _ in place[4] if p and _covering(p, paths) is None))
         parent = _parent(covering)
         if parent and all(_covering(p, [parent]) for p in readers):
             paths[paths.index(covering)] = parent  # the block around it holds the readers
@@ -62,10 +64,40 @@ def _widened(paths, starts):
     return list(dict.fromkeys(outermost))
 
 
+def _named(names, starts):
+    """``names`` (op names, for a graph without blocks: a ``SymbolBlock``) with what the forward
+    culprits ask: the op added, or for an op kept already the ops reading its value; None when
+    none can be (a parameter, an input, no reader left)."""
+    names = list(names)
+    for culprit, place in starts:
+        if culprit.op_type in ("parameter", "input"):
+            return None
+        readers = [op for _, op in place[4] if op not in names]
+        if culprit.op not in names:
+            names.append(culprit.op)
+        elif readers:
+            names += readers
+        else:
+            return None
+    return names
+
+
+def _keep(session, selectors, by_name):
+    """The ``Keep`` of ``selectors``: block paths, or op names with the ops the cast network
+    kept already."""
+    if not by_name:
+        return block_keep(session.index, selectors)[0]
+    chosen = frozenset(selectors)
+    keep = Keep(lambda name, op=None: name in chosen)
+    existing = getattr(session.net, "_keep", None)
+    return keep if existing is None else existing | keep
+
+
 def find_fix(session, batch, findings):
-    """``(paths, fixed)``: the block paths to keep in float32 (those a cast network keeps
-    already included, ready for ``cast_block(..., keep_float32=paths)``), and whether the batch
-    then runs without a forward culprit (None when there was none to fix).
+    """``(selectors, fixed)``: the block paths to keep in float32 (those a cast network keeps
+    already included, ready for ``cast_block(..., keep_float32=paths)``), or the op names for a
+    graph without blocks (a ``SymbolBlock``, selected by op names), and whether the batch then
+    runs without a forward culprit (None when there was none to fix).
 
     Parameters
     ----------
@@ -80,13 +112,15 @@ def find_fix(session, batch, findings):
     forward = [(c, place) for c, place in findings.culprits if c.phase == "forward"]
     if not forward:
         return [], None
-    paths = kept_paths(session.net)
+    by_name = not session.index.paths
+    paths = [] if by_name else kept_paths(session.net)
     for _ in range(MAX_ROUNDS):
-        widened = _widened(paths, forward)
+        widened = (_named if by_name else _widened)(paths, forward)
         if widened is None or widened == paths:
-            return [p for p in dict.fromkeys(c.path for c, _ in forward) if p], False
+            return ([] if by_name else
+                    [p for p in dict.fromkeys(c.path for c, _ in forward) if p]), False
         paths = widened
-        with session.with_keep(block_keep(session.index, paths)[0]):
+        with session.with_keep(_keep(session, paths, by_name)):
             reader = Reader(target=True)
             _, loss = session.run("target", batch["inputs"], reader, batch["label"],
                                   batch["loss_fn"], batch["loss_scale"])
