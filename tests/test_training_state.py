@@ -1,5 +1,6 @@
 """mxfp16.save_training_state / load_training_state / StopRequest for users' own loops, and
 examples/preemptible_loop.py stopped by signals and resumed bit for bit."""
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -139,17 +140,24 @@ def run_example(prefix, until=None, signum=signal.SIGTERM):
 
 @pytest.fixture(scope="module")
 def uninterrupted_example(tmp_path_factory):
-    """The prefix of an uninterrupted run of the example, the reference of every stopped one."""
+    """A callable returning the prefix of an uninterrupted run of the example, the reference of
+    every stopped one, once the run has ended: it starts at once, beside the first stopped run."""
     full = str(tmp_path_factory.mktemp("full") / "s")
-    assert run_example(full)[0] == 0
-    return full
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        run = pool.submit(run_example, full)
+
+        def finished():
+            code, output = run.result()
+            assert code == 0, output
+            return full
+        yield finished
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_example_stopped_by_a_signal_resumes_to_the_same_weights(uninterrupted_example, tmp_path,
                                                                  signum, code):
-    full, part = uninterrupted_example, str(tmp_path / "part" / "s")
+    part = str(tmp_path / "part" / "s")
     stopped, output = run_example(part, until="step 30 ", signum=signum)
     assert stopped == code, output
     line = output.strip().splitlines()[-1]
@@ -158,7 +166,7 @@ def test_example_stopped_by_a_signal_resumes_to_the_same_weights(uninterrupted_e
     finished, output = run_example(part)
     assert finished == 0, output
     assert "resumed_from=s-000000" in output.strip().splitlines()[-1]
-    expected = mx.nd.load(mxfp16.latest_training_state(full) + ".net0.params")
+    expected = mx.nd.load(mxfp16.latest_training_state(uninterrupted_example()) + ".net0.params")
     actual = mx.nd.load(mxfp16.latest_training_state(part) + ".net0.params")
     assert sorted(expected) == sorted(actual)
     assert all((expected[key] == actual[key]).min().asscalar() for key in expected)
