@@ -86,6 +86,14 @@ def load_benchmark(monkeypatch):
     return lambda name: load_module(BENCHMARKS_DIR, name, "benchmarks")
 
 
+def chosen_items(request, name):
+    """The items of the test function ``name`` of the requesting module that this session runs
+    (after ``-k``, ``-m`` and deselection): what a module fixture that starts their work ahead
+    of them should start."""
+    return [item for item in request.session.items
+            if item.module is request.module and item.originalname == name]
+
+
 def slow_except(values, fast):
     """``values`` for ``pytest.mark.parametrize``, those not in ``fast`` marked slow: the fast tier
     (``-m "not slow"``) runs a few small cases of a sweep, the full suite all of them."""

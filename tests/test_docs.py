@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from conftest import write_image_folder
+from conftest import chosen_items, write_image_folder
 from docs_blocks import (PROGRAM, ROOT, doc_pages, broken_links, flags_of, inline_code, key_lines,
                          logical_lines, parse_overrides, program_calls, read_blocks, words_of)
 
@@ -327,8 +327,8 @@ def group_runs(request, tmp_path_factory, program_flags):
     """``{group: future of its run}`` for the groups this session runs, two groups at a time: a
     group leaves one of the two cores idle most of its time (interpreters starting, networks of a
     few layers), so two run side by side."""
-    selected = [item.callspec.params["group"] for item in request.session.items
-                if item.module is request.module and item.originalname == "test_block_runs"]
+    selected = [item.callspec.params["group"]
+                for item in chosen_items(request, "test_block_runs")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         yield {group: pool.submit(_run_group, group, tmp_path_factory.mktemp("docs"), program_flags)
                for group in selected}

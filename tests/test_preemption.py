@@ -15,7 +15,7 @@ import threading
 import mxnet as mx
 import pytest
 
-from conftest import SCRIPTS_DIR, load_module, load_script_main
+from conftest import SCRIPTS_DIR, chosen_items, load_module, load_script_main
 from mxfp16.train import logs
 from mxfp16.train.cli.config import Cifar10Config, FineTuneConfig, TrainConfig
 from mxfp16.train.state import checkpoint
@@ -114,9 +114,8 @@ def case_flags(case, image_folder, rec_files):
 def interrupted_runs(request, image_folder, rec_files, tmp_path_factory):
     """``case -> (prefix, finish)`` of the case's interrupted run (:func:`start_until`).  A case's
     run starts while the case before it trains and resumes here: one of the two cores would idle."""
-    chosen = [tuple(item.callspec.params[name] for name in CASE_NAMES)
-              for item in request.session.items if item.module is request.module
-              and item.originalname == "test_interrupted_and_resumed_run_ends_bit_identical"]
+    chosen = [tuple(item.callspec.params[name] for name in CASE_NAMES) for item in
+              chosen_items(request, "test_interrupted_and_resumed_run_ends_bit_identical")]
     started = {}
 
     def start(case):
