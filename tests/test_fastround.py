@@ -2,6 +2,7 @@
 forward and backward, imperatively, in symbol graphs and in hybridized Gluon blocks; and its
 build-on-first-use loader (idempotent, safe under concurrent first builds, falls back without a
 compiler)."""
+import functools
 import json
 import os
 import subprocess
@@ -243,39 +244,83 @@ def test_hybridized_symbol_block_equals_cast_pair_block(round_nd):
             assert_bits_equal(grad, want_grads[name])
 
 
-def run_python(code, env_update, timeout=300):
-    """Run ``code`` in a fresh interpreter (the library loads once per process)."""
-    env = dict(os.environ, **env_update)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+SCALAR = """
+    import numpy as np, mxnet as mx
+    from mxfp16.casting import fastround
+    from tests.test_fastround import (edge_values, numpy_round, random_values, tie_values,
+                                      assert_bits_equal)
+    assert fastround.load()
+    x = np.concatenate([edge_values(), tie_values(), random_values()[: 1 << 20]])
+    y = getattr(mx.nd._internal, fastround.ROUND_OP)(mx.nd.array(x)).asnumpy()
+    assert_bits_equal(y, numpy_round(x))
+    print("scalar ok")
+"""
+WITHOUT_COMPILER = """
+    from mxfp16.casting import fastround
+    print(fastround.load(), fastround.load(), fastround.available())
+"""
+FIRST_BUILDS = """
+    import logging, threading
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from mxfp16.casting import fastround
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(fastround.load()))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(results)
+"""
+#: test -> (the program its fresh interpreters run, how many, their environment in its folder).
+FRESH_RUNS = {
+    "test_scalar_path_matches_numpy_exactly": (SCALAR, 1, lambda _: {
+        "MXFP16_FASTROUND_SCALAR": "1"}),
+    "test_without_a_compiler_load_warns_once_and_returns_false": (WITHOUT_COMPILER, 1, lambda d: {
+        "CXX": str(d / "no-such-compiler"), "XDG_CACHE_HOME": str(d / "cache")}),
+    "test_concurrent_first_builds_compile_once": (FIRST_BUILDS, 3, lambda d: {
+        "XDG_CACHE_HOME": str(d), "OMP_NUM_THREADS": "1"}),
+}
+
+
+def finished(process):
+    stdout, stderr = process.communicate(timeout=600)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def fresh_runs(request, tmp_path_factory):
+    """``test -> (its folder, a callable giving its interpreters' CompletedProcess list)``: the
+    fresh interpreters (the library loads once per process) of the tests of FRESH_RUNS this session
+    runs, started together when the first of them starts, as they are independent (the first
+    builds leave a core idle while one of them compiles and the others wait)."""
+    from conftest import chosen_items  # here: SCALAR imports this module without tests/ on the path
+
+    runs = {}
+    for test, (code, count, env) in FRESH_RUNS.items():
+        if chosen_items(request, test):
+            folder = tmp_path_factory.mktemp("fresh")
+            processes = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
+                                          cwd=REPO_ROOT, env=dict(os.environ, **env(folder)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True) for _ in range(count)]
+            runs[test] = folder, functools.cache(lambda processes=processes: [
+                finished(process) for process in processes])
+    yield runs
+    for _, results in runs.values():  # waits for those of a test that did not ask (-x)
+        results()
 
 
 @pytest.mark.slow
-def test_scalar_path_matches_numpy_exactly(round_nd):
-    code = """
-        import numpy as np, mxnet as mx
-        from mxfp16.casting import fastround
-        from tests.test_fastround import (edge_values, numpy_round, random_values, tie_values,
-                                          assert_bits_equal)
-        assert fastround.load()
-        x = np.concatenate([edge_values(), tie_values(), random_values()[: 1 << 20]])
-        y = getattr(mx.nd._internal, fastround.ROUND_OP)(mx.nd.array(x)).asnumpy()
-        assert_bits_equal(y, numpy_round(x))
-        print("scalar ok")
-    """
-    result = run_python(code, {"MXFP16_FASTROUND_SCALAR": "1"})
+def test_scalar_path_matches_numpy_exactly(round_nd, fresh_runs):
+    (result,) = fresh_runs["test_scalar_path_matches_numpy_exactly"][1]()
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["scalar", "ok"]
 
 
 @pytest.mark.slow
-def test_without_a_compiler_load_warns_once_and_returns_false(tmp_path):
-    code = """
-        from mxfp16.casting import fastround
-        print(fastround.load(), fastround.load(), fastround.available())
-    """
-    result = run_python(code, {"CXX": str(tmp_path / "no-such-compiler"),
-                               "XDG_CACHE_HOME": str(tmp_path / "cache")})
+def test_without_a_compiler_load_warns_once_and_returns_false(fresh_runs):
+    (result,) = fresh_runs["test_without_a_compiler_load_warns_once_and_returns_false"][1]()
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["False", "False", "False"]
     warnings = [line for line in result.stderr.splitlines() if "mxfp16" in line]
@@ -284,29 +329,12 @@ def test_without_a_compiler_load_warns_once_and_returns_false(tmp_path):
 
 
 @pytest.mark.slow
-def test_concurrent_first_builds_compile_once(round_nd, tmp_path):
-    code = """
-        import logging, threading
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        from mxfp16.casting import fastround
-        results = []
-        threads = [threading.Thread(target=lambda: results.append(fastround.load()))
-                   for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        print(results)
-    """
-    env = {"XDG_CACHE_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    processes = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT,
-                                  env=dict(os.environ, **env), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    outputs = [process.communicate(timeout=600) for process in processes]
-    for process, (stdout, stderr) in zip(processes, outputs):
-        assert process.returncode == 0, stderr[-3000:]
-        assert stdout.split() == ["[True,", "True,", "True,", "True]"], stderr[-3000:]
-    compiles = sum(stderr.count("mxfp16: compiling") for _, stderr in outputs)
+def test_concurrent_first_builds_compile_once(round_nd, fresh_runs):
+    tmp_path, results = fresh_runs["test_concurrent_first_builds_compile_once"]
+    for result in results():
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.split() == ["[True,", "True,", "True,", "True]"], result.stderr[-3000:]
+    compiles = sum(result.stderr.count("mxfp16: compiling") for result in results())
     assert compiles == 1
     built = list(tmp_path.glob("mxfp16/*/*.so"))
     assert [path.name for path in built] == [fastround.LIBRARY_NAME]
