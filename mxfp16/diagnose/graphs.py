@@ -89,7 +89,8 @@ class GraphView:
 
 
 def random_ops(sym):
-    """The names of the ops of ``sym`` other than Dropout that draw random numbers.
+    """The names of the ops of ``sym`` other than Dropout that draw random numbers (samplers, and
+    the fused RNN op's dropout between layers).
 
     Examples
     --------
@@ -98,7 +99,8 @@ def random_ops(sym):
     ['noise']
     """
     return [node["name"] for node in mxnet_internals.graph_json(sym)["nodes"]
-            if _RANDOM_OP.match(node["op"])]
+            if _RANDOM_OP.match(node["op"]) or
+            (node["op"] == "RNN" and float(node.get("attrs", {}).get("p", 0)) > 0)]
 
 
 def masked_dropout(sym):
