@@ -11,7 +11,9 @@ node's first input), and never their inputs; an inlined graph (two ops or fewer,
 its backward through autograd instead and reports nothing; with ``static_alloc`` the ops run in
 bulked segments that report nothing.  The gradient of an op's output is read at a tap
 (:func:`~mxfp16.diagnose.probes.add_gradient_taps`) on each output the cast graph keeps in
-float16: the tap's backward node outputs it.
+float16: the tap's backward node outputs it; an emulated graph, whose float16 outputs are each
+read through one rounding, needs no tap: the rounding's backward node outputs the gradient as
+float16 stores it.
 
 What is read is left to a *listener*: ``forward(runner, key, array)`` for each op output (``key``
 is ``(call, node id, output index)``), ``backward(runner, name, array)`` for each tapped gradient
@@ -32,12 +34,13 @@ from ..numpy_interface import legacy
 from ..casting.signature import call_structure
 from ..optimizers import master_copies
 from .graphs import DROPOUT_MASK, GraphView, draw_masks
-from .probes import TAP_SUFFIX, add_gradient_taps, round_float16_outputs
+from .probes import TAP_SUFFIX, add_gradient_taps, round_float16_outputs, rounding_points
 
 __all__ = ["GraphRunner", "float32_on", "as_float32", "Run"]
 
-#: The suffix of a tap's backward output, as the hook names it.
-_TAP_BACKWARD = TAP_SUFFIX + "_backward_0"
+#: The suffix of a node's first backward output, and of a tap's, as the hook names them.
+_BACKWARD = "_backward_0"
+_TAP_BACKWARD = TAP_SUFFIX + _BACKWARD
 
 #: Flags of the locator's CachedOps: never inlined, so the backward runs in the CachedOp, where the
 #: hook sees it.
@@ -97,12 +100,14 @@ class GraphRunner:
         self.part, self.kind, self.ctx = part, kind, ctx
         self.listener, self.rng = listener, rng
         graph = part.float32 if kind == "float32" else part.target
+        self.rounded = {}  # rounding node -> the output whose stored gradient its backward gives
         if kind == "target" and part.emulated:  # every float16 value rounded, as on a GPU
             graph = round_float16_outputs(graph, part.plan)
+            self.rounded = rounding_points(graph, part.plan) if taps else {}
+            taps = False
         # the target's gradients as stored (rounded), the float32 run's before any rounding
-        self.graph, self.tapped = add_gradient_taps(graph, part.plan,
-                                                    after_rounding=kind == "float32") \
-            if taps else (graph, [])
+        self.graph = add_gradient_taps(graph, part.plan, after_rounding=kind == "float32")[0] \
+            if taps else graph
         self.view = GraphView(self.graph)
         self.calls = 0  # how many times this runner ran: the first element of its keys
         self.analysis = None  # what mxfp16.diagnose.culprits builds of the graph, once
@@ -123,6 +128,9 @@ class GraphRunner:
         array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
         if name.endswith(_TAP_BACKWARD):
             self.listener.backward(self, name[:-len(_TAP_BACKWARD)], array)
+            return
+        if name.endswith(_BACKWARD) and name[:-len(_BACKWARD)] in self.rounded:
+            self.listener.backward(self, self.rounded[name[:-len(_BACKWARD)]], array)
             return
         entry = self.view.by_hook.get(name)
         if entry is not None and not self.view.nodes[entry[0]]["name"].endswith(TAP_SUFFIX):

@@ -222,3 +222,23 @@ def round_float16_outputs(sym, dtypes):
                 "attrs": {"dtype": "float32", MARK: "round_float16"}}
         return [half, back], next_id + 1
     return _insert_after(graph, targets, rounding)[0]
+
+
+def rounding_points(sym, dtypes):
+    """``{rounding node name: output name}`` of the float16 outputs of an emulated graph that
+    every reader reads through one rounding (all of them after :func:`round_float16_outputs`):
+    the backward node of that rounding (``<name>_backward``) outputs the output's gradient
+    rounded to float16, as a GPU stores it, so no tap is needed there.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> scaled = mx.sym.relu(mx.sym.var('data') * 1e5, name='r')
+    >>> rounded = round_float16_outputs(scaled, {'r_output': 'float16'})
+    >>> rounding_points(rounded, {'r_output': 'float16'})
+    {'r_output_strict_round': 'r_output'}
+    """
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    nodes = graph["nodes"]
+    return {nodes[entry[0]]["name"]: name for entry, name in _probe_targets(graph, dtypes).items()
+            if nodes[entry[0]].get("attrs", {}).get(MARK)}
