@@ -13,7 +13,7 @@ import pytest
 from mxnet import autograd, gluon
 
 import mxfp16
-from conftest import horovod_missing
+from conftest import chosen_items, horovod_missing
 from mxfp16 import amp
 from mxfp16.amp import session as amp_session
 
@@ -643,18 +643,44 @@ def test_an_overflowing_norm_leaves_the_gradients_to_the_skipped_step():
     assert amp.loss_scaler(trainer).num_skipped == 1 and amp.loss_scaler(trainer).loss_scale == 512
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(horovod_missing() is not None, reason=str(horovod_missing()))
-def test_horovod_distributed_trainer_skips_on_every_rank():
-    """A script's own hvd.DistributedTrainer, 2 ranks over Gloo: an overflow on rank 1 only skips
-    the step on both, which keep the same weights and the same scale."""
+HOROVOD_TEST = "test_horovod_distributed_trainer_skips_on_every_rank"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def horovod_job(request):
+    """The 2-rank job of :data:`HOROVOD_TEST` (a callable giving its CompletedProcess), started with
+    this module's first test when the session runs that test: its interpreters start and train on
+    one core while the in-process tests here run on the other."""
+    if horovod_missing() is not None or not chosen_items(request, HOROVOD_TEST):
+        yield None
+        return
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(tests_dir)
     env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1",
                PYTHONPATH=os.pathsep.join([repo, tests_dir, os.environ.get("PYTHONPATH", "")]))
-    job = subprocess.run(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
-                          sys.executable, os.path.join(tests_dir, "amp_horovod_worker.py")],
-                         cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    job = subprocess.Popen(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+                            sys.executable, os.path.join(tests_dir, "amp_horovod_worker.py")],
+                           cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    finished = []
+
+    def result():
+        if not finished:
+            stdout, stderr = job.communicate(timeout=120)
+            finished.append(subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr))
+        return finished[0]
+    yield result
+    if job.poll() is None:  # the test did not ask (-x): no rank outlives the module
+        job.kill()
+    job.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(horovod_missing() is not None, reason=str(horovod_missing()))
+def test_horovod_distributed_trainer_skips_on_every_rank(horovod_job):
+    """A script's own hvd.DistributedTrainer, 2 ranks over Gloo: an overflow on rank 1 only skips
+    the step on both, which keep the same weights and the same scale."""
+    job = horovod_job()
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     ranks = sorted((json.loads(line.split(":", 1)[1]) for line in job.stdout.splitlines()
                     if line.endswith("}") and "<stdout>:" in line), key=lambda r: r["rank"])
