@@ -1,7 +1,10 @@
 """Shared fixtures: a tiny image folder of real JPEG files, the RecordIO files built from it, and a
 loader for the scripts' ``main`` functions.  Everything is generated inside the test session."""
+import contextlib
+import functools
 import importlib.util
 import os
+import subprocess
 import sys
 
 import cv2
@@ -92,6 +95,30 @@ def chosen_items(request, name):
     of them should start."""
     return [item for item in request.session.items
             if item.module is request.module and item.originalname == name]
+
+
+@contextlib.contextmanager
+def started_ahead(request, test, args, timeout, **popen):
+    """In a module fixture: start ``args`` now if the session runs ``test`` of the requesting
+    module, so that the process works on one core while the tests before ``test`` run here on the
+    other.  Yields a callable giving its ``CompletedProcess`` (waited for once, up to ``timeout``
+    seconds), or None; a process still running when the fixture ends is killed."""
+    if not chosen_items(request, test):
+        yield None
+        return
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               **popen)
+
+    @functools.cache
+    def result():
+        stdout, stderr = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+    try:
+        yield result
+    finally:
+        if process.poll() is None:  # the test did not ask (-x)
+            process.kill()
+        process.communicate()
 
 
 def slow_except(values, fast):

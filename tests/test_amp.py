@@ -3,7 +3,6 @@ scripts that use it (GluonCV's SSD script, MXNet's AMP tutorial, GluonNLP's BERT
 import json
 import math
 import os
-import subprocess
 import sys
 import warnings
 
@@ -13,7 +12,7 @@ import pytest
 from mxnet import autograd, gluon
 
 import mxfp16
-from conftest import chosen_items, horovod_missing
+from conftest import horovod_missing, started_ahead
 from mxfp16 import amp
 from mxfp16.amp import session as amp_session
 
@@ -648,31 +647,17 @@ HOROVOD_TEST = "test_horovod_distributed_trainer_skips_on_every_rank"
 
 @pytest.fixture(scope="module", autouse=True)
 def horovod_job(request):
-    """The 2-rank job of :data:`HOROVOD_TEST` (a callable giving its CompletedProcess), started with
-    this module's first test when the session runs that test: its interpreters start and train on
-    one core while the in-process tests here run on the other."""
-    if horovod_missing() is not None or not chosen_items(request, HOROVOD_TEST):
-        yield None
-        return
+    """The 2-rank job of :data:`HOROVOD_TEST`, started with this module's first test
+    (conftest.started_ahead): it trains on one core while the in-process tests here run."""
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(tests_dir)
     env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1",
                PYTHONPATH=os.pathsep.join([repo, tests_dir, os.environ.get("PYTHONPATH", "")]))
-    job = subprocess.Popen(["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
-                            sys.executable, os.path.join(tests_dir, "amp_horovod_worker.py")],
-                           cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-    finished = []
-
-    def result():
-        if not finished:
-            stdout, stderr = job.communicate(timeout=120)
-            finished.append(subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr))
-        return finished[0]
-    yield result
-    if job.poll() is None:  # the test did not ask (-x): no rank outlives the module
-        job.kill()
-    job.communicate()
+    command = ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
+               os.path.join(tests_dir, "amp_horovod_worker.py")]
+    test = HOROVOD_TEST if horovod_missing() is None else None
+    with started_ahead(request, test, command, timeout=120, cwd=repo, env=env) as result:
+        yield result
 
 
 @pytest.mark.slow
