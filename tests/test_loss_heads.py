@@ -6,7 +6,6 @@ the scale trains at 1/scale.  Each test compares one float16 update (SGD, moment
 """
 import json
 import os
-import subprocess
 import sys
 
 import mxnet as mx
@@ -17,6 +16,7 @@ from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
 import mxfp16
+from conftest import started_ahead
 
 CLASSES = 3
 
@@ -712,9 +712,19 @@ print(json.dumps(growth))
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def recast_each_epoch(request):
+    """:data:`RECAST_EACH_EPOCH` in a fresh process with glibc's mmap threshold fixed, started
+    with this module's first test (conftest.started_ahead)."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    with started_ahead(request, "test_a_network_cast_again_each_epoch_does_not_keep_the_old_ones_"
+                       "memory", [sys.executable, "-c", RECAST_EACH_EPOCH], 300, env=env) as result:
+        yield result
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc/self/statm")
-def test_a_network_cast_again_each_epoch_does_not_keep_the_old_ones_memory():
+def test_a_network_cast_again_each_epoch_does_not_keep_the_old_ones_memory(recast_each_epoch):
     """GluonCV's validation calls set_nms every epoch, so mxfp16.amp casts the network again; the
     loss-head check read each step's recorded graph with Symbol.tojson(), whose copy MXNet never
     frees, and that copy held the old CachedOp with its static_alloc buffers (0.3 GB an epoch for an
@@ -723,9 +733,7 @@ def test_a_network_cast_again_each_epoch_does_not_keep_the_old_ones_memory():
     Measured in a fresh process with glibc's mmap threshold fixed: in the test run's own process
     the heap, fragmented by earlier tests, grew about 9 MB a cast without any leak (see docs/emulation.md,
     "Memory over a long run")."""
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    done = subprocess.run([sys.executable, "-c", RECAST_EACH_EPOCH], capture_output=True,
-                          text=True, env=env)
+    done = recast_each_epoch()
     assert done.returncode == 0, done.stderr
     growth = json.loads(done.stdout.strip().splitlines()[-1])
     assert growth[-1] - growth[1] < 40 * 2**20, [round(g / 2**20) for g in growth]
