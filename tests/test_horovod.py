@@ -313,6 +313,41 @@ def test_mxnet_example_horovod_command_with_its_network_flag(example_launch):
     assert "--gc-type fp16: float32 gradients are sent and summed as float16" in job.stdout
 
 
+class RankOfThree:
+    """Horovod as rank ``rank`` of 3 sees it: ``allreduce_`` records what this rank sends."""
+    Sum = "sum"
+
+    def __init__(self, rank, sent):
+        self._rank, self.sent = rank, sent
+
+    def rank(self):
+        return self._rank
+
+    def allreduce_(self, array, op, name, priority=0):
+        assert op == self.Sum and name == "mxfp16.bcast.7"
+        self.sent[self._rank] = array.asnumpy()
+
+    def broadcast_(self, *args, **kwargs):
+        raise AssertionError("Horovod's broadcast_ reads its name after MXNet may have freed it")
+
+
+def test_the_kvstores_broadcast_is_an_allreduce_that_gives_rank_0s_bits_on_every_rank():
+    """Every rank but 0 sends -0.0, so the sum is rank 0's value bit for bit (-0.0 and inf
+    included), without Horovod's broadcast_ (see Horovod._broadcast_)."""
+    import mxnet as mx
+    from mxfp16.distributed.horovod import Horovod
+    value = np.array([1.5, -0.0, 0.0, np.inf, -3.0, 65504, 2 ** -24], dtype=np.float16)
+    sent = {}
+    for rank in range(3):
+        kv = Horovod.__new__(Horovod)  # no Horovod library: its calls are RankOfThree's
+        kv._hvd, kv._prefix = RankOfThree(rank, sent), "mxfp16."
+        own = value if rank == 0 else value[::-1] - rank  # the other ranks' own weights
+        kv.broadcast(7, mx.nd.array(own, dtype="float16"),
+                     out=mx.nd.zeros(value.shape, dtype="float16"))
+    total = sent[2] + (sent[1] + sent[0])  # one order of a ring allreduce's sums
+    assert total.view(np.uint16).tolist() == value.view(np.uint16).tolist()
+
+
 def test_gc_type_fp16_is_horovods_and_only_horovods():
     from mxfp16.train.cli.config import TrainConfig
     with pytest.raises(ValueError, match="--gc-type fp16 is Horovod's float16 compression"):

@@ -162,15 +162,29 @@ class Horovod(mx.kvstore.KVStoreBase):
     def init(self, key, value):
         """Module's kvstore initialization: every rank gets rank 0's ``value`` (in place)."""
         for name, array in zip(_as_list(key), _as_list(value)):
-            self._hvd.broadcast_(array, root_rank=0, name=f"{self._prefix}init.{name}")
+            self._broadcast_(array, name=f"{self._prefix}init.{name}")
 
     def broadcast(self, key, value, out, priority=0):
         """Rank 0's ``value`` into ``out`` (an array or one per device) on every rank."""
         buffer = value.copy()
-        self._hvd.broadcast_(buffer, root_rank=0, name=f"{self._prefix}bcast.{key}",
-                             priority=priority)
+        self._broadcast_(buffer, name=f"{self._prefix}bcast.{key}", priority=priority)
         for array in _as_list(out):
             buffer.copyto(array)
+
+    def _broadcast_(self, array, name, priority=0):
+        """Rank 0's ``array`` on every rank, in place: an allreduce (a sum) to which every other
+        rank adds -0.0, and ``x + (-0.0)`` is ``x`` for every ``x``, the sign of a zero included.
+
+        Not Horovod's ``broadcast_``: Horovod 0.28.1 reads the name of a broadcast for a log line
+        after it has queued the operation (``EnqueueTensorBroadcast``), and when its background
+        thread has finished the operation first, MXNet has freed the name with the operation's
+        parameters.  With one process there is nothing to wait for, and on a loaded machine
+        MXNet's engine thread is often descheduled in between: the read segfaults (a one-process
+        ``--kv-store horovod`` run at its first step).  Horovod's allreduce logs before queueing.
+        """
+        if self.rank != 0:
+            mx.nd.negative(mx.nd.zeros_like(array), out=array)
+        self._hvd.allreduce_(array, op=self._hvd.Sum, name=name, priority=priority)
 
     def pushpull(self, key, value, out=None, priority=0):
         """Sum ``value`` (an array, or one per device) over the devices and the ranks into ``out``
