@@ -12,15 +12,21 @@ same scaler classes the Gluon path uses, including the ``'auto'`` start: the fir
 scale 1 and the start is measured on the gradients summed over devices (and bounded over workers).
 """
 import contextlib
+import functools
 import json
 import os
+import weakref
 
 import mxnet as mx
 import numpy as np
+from mxnet import gluon
 
 from . import mxnet_internals
+from .casting.graph import strip
 from .dtypes import GRAD_SCALE_HEADS
+from .overflow_warning import Batch, Fixes, OverflowAlarm
 from .scaling.overflow import all_finite, device_sums, max_magnitude, max_magnitudes
+from .scaling.scalers import LossScaleCollapse
 from .distributed.horovod import is_horovod
 from .optimizers import rescale_grad
 
@@ -29,6 +35,13 @@ OVERFLOW_KEY = "__mxfp16_overflow__"
 
 #: kvstore key of the largest gradient magnitudes that workers sum so that all start alike.
 START_KEY = "__mxfp16_start_max__"
+
+#: The fixes the overflow warning gives a Module script.
+MODULE_FIXES = Fixes("mxfp16.cast_symbol(sym, 'float16', keep_float32={selectors!r})",
+                     "mxfp16.cast_symbol(sym, 'bfloat16') (and 'bfloat16' for cast_params and "
+                     "make_optimizer)")
+
+_ALARMS = weakref.WeakKeyDictionary()  # module -> its OverflowAlarm
 
 
 def scale_loss_symbol(sym, loss_scale):
@@ -196,7 +209,58 @@ def _start_measurement(module, kvstore):
     return measured
 
 
-def _allreduced_step(module, scaler, kvstore):
+def overflow_alarm(module, scaler, **settings):
+    """The early overflow warning of ``module`` (:class:`mxfp16.overflow_warning.OverflowAlarm`,
+    whose ``report`` is the overflow report once it fired), made before its first
+    :func:`module_step`; ``settings`` (``caller``, ``logger``, ``fixes``: the scripts give their
+    flags) apply when it is made."""
+    if module not in _ALARMS:
+        settings = dict(dict(caller="mxfp16.module_step", fixes=MODULE_FIXES), **settings)
+        _ALARMS[module] = OverflowAlarm(scaler, **settings)
+    return _ALARMS[module]
+
+
+def _head_loss(op, attrs, out, label=None):
+    """The loss head ``op`` of a Module's graph on the network's output (SoftmaxOutput, ...)."""
+    return getattr(mx.nd, op)(out, *([] if label is None else [label]), **attrs)
+
+
+def located_batch(module, data_batch):
+    """What the overflow locator runs on for a Module: its float32 graph without the loss head
+    as a ``SymbolBlock`` holding the Module's values (widened), the batch's data, and the head as
+    the loss on its label.  Built only when an overflow is located."""
+    sym, data_names, label_names = mxnet_internals.bucketing_module_spec(module)[0](1.0)
+    graph = strip(sym, list(data_names))
+    node = json.loads(graph.tojson())["nodes"][-1]
+    inputs = list(data_names) + ([] if node["op"] in GRAD_SCALE_HEADS else list(label_names))
+    body, options = graph, {}
+    if node["op"] in GRAD_SCALE_HEADS:
+        body = graph.get_children()[0]
+        label = data_batch.label[0] if label_names and data_batch.label else None
+        options = dict(label=label, loss_fn=functools.partial(_head_loss, node["op"],
+                                                                node.get("attrs", {})))
+    block = gluon.SymbolBlock(body, [mx.sym.var(name, dtype="float32") for name in inputs])
+    arg_params, aux_params = module.get_params()
+    block.collect_params().load_dict({**arg_params, **aux_params},
+                                     ctx=data_batch.data[0].context, ignore_extra=True,
+                                     cast_dtype=True)
+    arrays = list(data_batch.data) + ([] if options else list(data_batch.label or []))
+    return Batch(block, tuple(arrays), options)
+
+
+def _record(alarm, module, scaler, finite, used_scale, data_batch):
+    """The scaler's update of a step, told to the module's early overflow warning (a collapse
+    carries its report)."""
+    batch = functools.partial(located_batch, module, data_batch)
+    try:
+        scaler.update(finite)
+    except LossScaleCollapse as collapse:
+        raise alarm.collapsed(collapse, scaler, used_scale, batch) from None
+    alarm.after_step(scaler, used_scale, finite, batch,
+                     None if finite else module.get_outputs(merge_multi_context=False)[0])
+
+
+def _allreduced_step(alarm, module, scaler, kvstore, used_scale, data_batch):
     """Horovod: sum the gradients over devices and ranks first, then decide on the sums, which
     every rank holds bit for bit alike (so all skip alike and start alike)."""
     names = mxnet_internals.module_param_names(module)
@@ -208,7 +272,7 @@ def _allreduced_step(module, scaler, kvstore):
     if finite and scaler.needs_start:
         scaler.start_from(max_magnitude(sums))
     if scaler.enabled:
-        scaler.update(finite)
+        _record(alarm, module, scaler, finite, used_scale, data_batch)
     return finite
 
 
@@ -234,15 +298,24 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
     -------
     bool
         True if the parameters were updated, False if the step was skipped.
+
+    Notes
+    -----
+    A skipped step whose outputs are inf/NaN, or three skipped steps in a row at or below a safe
+    loss scale, run :func:`mxfp16.find_overflow` once on ``batch`` (the Module's float32 graph with
+    its values, the loss head as the loss) and log one warning with the fix
+    (``cast_symbol(..., keep_float32=[...])``); :func:`overflow_alarm` ``(module, scaler).report``
+    keeps the report, and a :class:`~mxfp16.scaling.scalers.LossScaleCollapse` carries it.
     """
     used_scale = scaler.loss_scale
+    alarm = overflow_alarm(module, scaler)  # made before the first step: it reads the 'auto' start
     batch.bucket_key = used_scale
     if batch.provide_data is None:
         batch.provide_data = module.data_shapes
         batch.provide_label = module.label_shapes
     module.forward_backward(batch)
     if is_horovod(kvstore):
-        finite = _allreduced_step(module, scaler, kvstore)
+        finite = _allreduced_step(alarm, module, scaler, kvstore, used_scale, batch)
         if finite:
             optimizer.rescale_grad = rescale_grad(used_scale, batch_size)
             with mxnet_internals.module_without_kvstore(module):
@@ -253,7 +326,7 @@ def module_step(module, batch, scaler, optimizer, batch_size, kvstore=None):
         finite = _gradients_finite(module, kvstore)
         if finite and scaler.needs_start:
             scaler.start_from(_start_measurement(module, kvstore))
-        scaler.update(finite)
+        _record(alarm, module, scaler, finite, used_scale, batch)
     if finite:
         optimizer.rescale_grad = rescale_grad(used_scale, batch_size)
         module.update()

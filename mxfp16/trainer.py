@@ -14,10 +14,12 @@ from mxnet import autograd, gluon
 
 from . import mxnet_internals
 from .estimator import ESTIMATOR_ROUTE, called_by_estimator
+from .overflow_warning import OverflowAlarm, trainer_batch
+from .scaling import boundary as boundary_scale
 from .scaling import clipping
 from .distributed.kvstore import sync_if_horovod
 from .scaling.heads import HeadScaling
-from .scaling.scalers import LossScaler, make_loss_scaler
+from .scaling.scalers import LossScaleCollapse, LossScaler, make_loss_scaler
 from .optimizers import adapt_states, make_optimizer, restore_multi_precision, training_dtype
 
 #: Attribute of the optimizer pickled into a ``.states`` file that carries the loss scaler's
@@ -93,6 +95,18 @@ class Trainer(gluon.Trainer):
         :func:`mxfp16.make_loss_scaler`); a number: a static scale (1 turns scaling off); or a
         scaler of your own.
 
+    Notes
+    -----
+    When a skipped step's loss is inf/NaN, or after three skipped steps in a row at or below a
+    safe loss scale, the Trainer runs :func:`mxfp16.find_overflow` once, on the inputs its cast
+    networks took in that step (kept by reference until the step ends; nothing is copied, and a
+    clean step does no more than before), and logs one warning: the pass that overflowed, the
+    culprits and the fix as code (``keep_float32=[...]``, or bfloat16 where the devices run it
+    natively).  :attr:`overflow_report` keeps the report, and a later
+    :class:`~mxfp16.scaling.scalers.LossScaleCollapse` carries it.  Without the loss function it
+    locates forward overflows; call :func:`mxfp16.find_overflow` with ``label`` and ``loss_fn``
+    for the backward's.
+
     Raises
     ------
     ValueError
@@ -126,6 +140,8 @@ class Trainer(gluon.Trainer):
         self._loss_scaled = False  # trainer.backward / trainer.scale ran since the last update
         self.scaled_with = None  # the loss scale of that backward, which the update divides by
         self._heads = HeadScaling("mxfp16.Trainer", log)
+        self._alarm = OverflowAlarm(self.scaler, "mxfp16.Trainer", log)
+        self._losses = None  # the losses of the step in progress, read only if it overflows
         optimizer = make_optimizer(optimizer, dtype, **dict(optimizer_params or {}))
         super().__init__(params, optimizer, kvstore=kvstore, compression_params=compression_params,
                          update_on_kvstore=_check_update_on_kvstore(update_on_kvstore,
@@ -176,7 +192,7 @@ class Trainer(gluon.Trainer):
         cast networks to the scale (see :meth:`backward`)."""
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
         how = self._start_backward(heads)
-        self._loss_scaled = True
+        self._loss_scaled, self._losses = True, heads
         if how == "head" and self.scaled_with != 1.0:
             return self.scaler.scale(loss)
         return loss
@@ -224,7 +240,7 @@ class Trainer(gluon.Trainer):
                               train_mode=train_mode)
         finally:
             self._heads.finish()
-        self._loss_scaled = True
+        self._loss_scaled, self._losses = True, heads
 
     def _steps(self, ignore_stale_grad=False):
         """This Trainer as the scaler drives it, once the step's loss was scaled."""
@@ -239,10 +255,31 @@ class Trainer(gluon.Trainer):
                 f"would divide them by the scale; {fix}")
         return _GluonSteps(self, ignore_stale_grad)
 
-    def _stepped(self, updated):
-        self._loss_scaled = False
-        self.scaled_with = None
+    def _scaled_step(self, batch_size, ignore_stale_grad):
+        """The scaler's step; on overflow the early warning (:mod:`mxfp16.overflow_warning`) is
+        told, and a collapse carries its report.  The batch the cast networks kept is let go."""
+        steps = self._steps(ignore_stale_grad)
+        used = self.loss_scale if self.scaled_with is None else self.scaled_with
+        try:
+            updated = self.scaler.step(steps, batch_size)
+        except LossScaleCollapse as collapse:
+            raise self._alarm.collapsed(collapse, self.scaler, used, self._batch) from None
+        finally:
+            self._loss_scaled, self.scaled_with = False, None
+        self._alarm.after_step(self.scaler, used, updated, self._batch, self._losses)
+        self._losses = None
+        boundary_scale.forget_calls()
         return updated
+
+    def _batch(self):
+        return trainer_batch(mxnet_internals.trainer_params(self))
+
+    @property
+    def overflow_report(self):
+        """The overflow report (:func:`mxfp16.find_overflow`) of the batch at hand when the
+        early warning fired (a skipped step whose loss was inf/NaN, or a few skipped steps in a row
+        at a safe scale), else None."""
+        return self._alarm.report
 
     def step(self, batch_size, ignore_stale_grad=False):
         """Aggregate, check every gradient on every device, and update unless one overflowed.
@@ -258,7 +295,7 @@ class Trainer(gluon.Trainer):
             True if the weights were updated; False if the step was skipped (weights and optimizer
             state untouched on every device) and the dynamic scale backed off.
         """
-        return self._stepped(self.scaler.step(self._steps(ignore_stale_grad), batch_size))
+        return self._scaled_step(batch_size, ignore_stale_grad)
 
     def allreduce_grads(self):
         """Aggregate the gradients across devices, as in Gluon, and divide them by the loss scale,
@@ -276,7 +313,7 @@ class Trainer(gluon.Trainer):
         if not self.scaler.enabled:
             super().update(batch_size, ignore_stale_grad)
             return True
-        return self._stepped(self.scaler.step(self._steps(ignore_stale_grad), batch_size))
+        return self._scaled_step(batch_size, ignore_stale_grad)
 
     def clip_global_norm(self, max_norm):
         """Aggregate the gradients and clip their global norm, measured unscaled, to ``max_norm``.

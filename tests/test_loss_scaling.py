@@ -48,8 +48,9 @@ def test_collapse_at_min_scale_fails_fast_with_a_clear_message():
         scaler.update(False)
     assert scaler.loss_scale == 2.0 ** -24
     with pytest.raises(LossScaleCollapse,
-                       match="5 steps in a row overflowed.*minimum loss scale 2\\*\\*-24"):
+                       match="5 steps in a row overflowed.*minimum loss scale 2\\*\\*-24") as caught:
         scaler.update(False)
+    assert caught.value.report is None  # nothing located it: a bare scaler
 
 
 def test_the_dynamic_scale_goes_below_1_and_the_auto_start_follows():

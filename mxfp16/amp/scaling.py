@@ -17,13 +17,19 @@ from mxnet import autograd, gluon
 from .. import mxnet_internals
 from ..scaling import clipping
 from ..scaling.overflow import all_finite, flat_trainer_grads, max_magnitude, trainer_grads
+from ..overflow_warning import Fixes, OverflowAlarm, trainer_batch
+from ..scaling import boundary as boundary_scale
 from ..scaling.heads import HeadScaling
-from ..scaling.scalers import LossScaler, make_loss_scaler
+from ..scaling.scalers import LossScaleCollapse, LossScaler, make_loss_scaler
 from ..master_weights import check_optimizer
 from ..optimizers import check_updates_on_workers, rescale_grad, restore_multi_precision
 from ..trainer import SCALER_STATE_ATTRIBUTE
 
 log = logging.getLogger(__name__)
+
+#: The fixes the overflow warning gives an ``mxfp16.amp`` script.
+AMP_FIXES = Fixes("amp.init(keep_float32={selectors!r})", "amp.init(target_dtype='bfloat16')")
+
 
 class TrainerScaling:
     """What ``init_trainer`` attaches to a Trainer: its loss scaler and this step's bookkeeping.
@@ -46,6 +52,8 @@ class TrainerScaling:
         self.scale_read = False  # the script read loss_scale since the last update
         self._optimizer = None  # the optimizer last seen: load_states replaces it
         self._heads = HeadScaling("mxfp16.amp", log)
+        self.alarm = OverflowAlarm(scaler, "mxfp16.amp", log, AMP_FIXES)
+        self._losses = None  # this step's losses, read only if it overflows
         self._adopt_optimizer()
 
     @property
@@ -98,6 +106,7 @@ class TrainerScaling:
         self._adopt_optimizer()
         clipping.route()  # GluonNLP may have been imported since init_trainer
         heads = list(loss) if isinstance(loss, (list, tuple)) else [loss]
+        self._losses = heads
         scale = self.scaler.loss_scale if self.scaler.enabled else 1.0
         how = self._heads.start(heads, mxnet_internals.trainer_params(self.trainer), scale)
         if how == "head":
@@ -135,7 +144,8 @@ class TrainerScaling:
         self.finish_backward()
         self._adopt_optimizer()
         check_updates_on_workers(self.trainer)
-        scale = 1.0 if self.unscaled else (self.scaled_with or 1.0)
+        used = self.scaled_with or 1.0
+        scale = 1.0 if self.unscaled else used
         self.scaled_with, self.unscaled, self.scale_read = None, False, False
         if not self.scaler.enabled:
             return False
@@ -146,9 +156,23 @@ class TrainerScaling:
         if finite:
             optimizer = self.trainer.optimizer
             optimizer.rescale_grad = optimizer.rescale_grad * rescale_grad(scale)
-        self.scaler.update(finite)
+        self._update(finite, used)
         self._publish()
         return not finite
+
+    def _update(self, finite, used):
+        """The scaler's update, and the early overflow warning told of the step (a collapse
+        carries its report); the batch the cast networks kept is let go."""
+        try:
+            self.scaler.update(finite)
+        except LossScaleCollapse as collapse:
+            raise self.alarm.collapsed(collapse, self.scaler, used, self._batch) from None
+        self.alarm.after_step(self.scaler, used, finite, self._batch, self._losses)
+        self._losses = None
+        boundary_scale.forget_calls()
+
+    def _batch(self):
+        return trainer_batch(mxnet_internals.trainer_params(self.trainer))
 
 
 def _trainer_of(optimizer_or_trainer, function):

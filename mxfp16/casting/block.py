@@ -170,7 +170,9 @@ class CastBlock(CastCheckpoints, gluon.SymbolBlock):
     * A float16 network warns once if an output in inference mode holds inf or NaN.
     * While autograd records, its float inputs and outputs pass through the loss-scale factors of
       :mod:`mxfp16.scaling.boundary` (times 1, unless a Trainer back-propagates a loss that ignores
-      its head gradient), added at call time: no graph holds them.
+      its head gradient), added at call time: no graph holds them; and the call's inputs are kept,
+      by reference, until the step ends (:func:`mxfp16.scaling.boundary.keep_call`): the batch an
+      overflow warning locates on.
     * :meth:`export` writes what plain MXNet loads: the float32 graph with the float32 master
       weights, or the float16 GPU graph with every parameter (:func:`mxfp16.export`).
 
@@ -269,6 +271,7 @@ class CastBlock(CastCheckpoints, gluon.SymbolBlock):
         # mxfp16.scaling.boundary): values unchanged, gradients times 1 unless a Trainer sets it.
         out = self._forward(boundary_scale.scale_inputs((x,) + args))
         boundary_scale.note_call(self, self._holds_loss_head())
+        boundary_scale.keep_call(self, (x,) + args)
         return boundary_scale.scale_outputs(out)
 
     def _holds_loss_head(self):

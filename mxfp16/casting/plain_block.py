@@ -10,9 +10,10 @@ of the same class loads the file with no option, and ``load_parameters`` reads f
 files, from the float32 network or from itself.  Both front ends: the legacy NDArray one and the
 NumPy interface (``npx.set_np()``), whose files Gluon writes with ``npx.save``.
 """
-from mxnet import gluon
+from mxnet import autograd, gluon
 
 from .. import mxnet_internals
+from ..scaling import boundary as boundary_scale
 from .block import CastBlock, CastCheckpoints
 
 _cast_classes = {}  # a network's class -> its cast class (the class and CastPlainBlock)
@@ -65,8 +66,9 @@ def cast_children(block, cast, prefix=""):
 class CastPlainBlock(CastCheckpoints):
     """What a plain Block cast by :func:`mxfp16.cast_block` becomes: the Block itself, of a class
     made of its own and this one, whose ``save_parameters`` and ``load_parameters`` are those of a
-    :class:`~mxfp16.casting.block.CastBlock` (:class:`~mxfp16.casting.block.CastCheckpoints`);
-    everything else is the Block's.
+    :class:`~mxfp16.casting.block.CastBlock` (:class:`~mxfp16.casting.block.CastCheckpoints`),
+    and whose recorded calls keep their inputs until the step ends (the overflow warning's batch,
+    :func:`mxfp16.scaling.boundary.keep_call`); everything else is the Block's.
 
     Examples
     --------
@@ -93,6 +95,11 @@ class CastPlainBlock(CastCheckpoints):
 
     #: The paths of the blocks ``keep_float32`` keeps (see :func:`mxfp16.cast_block`).
     keep_float32 = ()
+
+    def __call__(self, *args, **kwargs):
+        if autograd.is_recording():  # the batch an overflow warning locates on, by reference
+            boundary_scale.keep_call(self, args)
+        return super().__call__(*args, **kwargs)
 
     def _save_keys(self):
         return float32_keys(self)

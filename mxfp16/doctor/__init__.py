@@ -21,7 +21,45 @@ from .probe import (cuda_version, float16_mode, import_mxnet, merge_gpus, parse_
                     run_nvidia_smi)
 from .rules import bfloat16_native, find_problems
 
-__all__ = ["diagnose", "ENV_VARS"]
+__all__ = ["diagnose", "ENV_VARS", "bfloat16_native_on"]
+
+
+def bfloat16_native_on(device_types, environ=None, features=None, cpuinfo=None):
+    """Whether bfloat16 trains natively on every one of these devices, as the doctor judges it:
+    what the overflow warning asks before it suggests bfloat16 (float32's range) as a fix.
+
+    MXNet 1.9.1 has bfloat16 kernels on CPUs only (oneDNN; its AMP casts to bfloat16 on CPU
+    contexts and to float16 on GPUs), so every device must be a CPU where
+    :func:`mxfp16.doctor.rules.bfloat16_native` holds (oneDNN, AVX512-BF16 or AMX).
+
+    Parameters
+    ----------
+    device_types : iterable of str
+        ``'cpu'``, ``'gpu'``, ... (``Context.device_type``); none gives False.
+    environ, features, cpuinfo
+        As for :func:`diagnose` (read from the machine when None).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> avx512_bf16 = "flags\\t: avx512f avx512_bf16\\n"
+    >>> bfloat16_native_on(['cpu'], {}, {"MKLDNN": True}, avx512_bf16)
+    True
+    >>> bfloat16_native_on(['cpu', 'gpu'], {}, {"MKLDNN": True}, avx512_bf16)
+    False
+    >>> bfloat16_native_on(['cpu'], {}, {"MKLDNN": True}, "flags\\t: avx512f\\n")
+    False
+    """
+    device_types = set(device_types)
+    if not device_types or device_types != {"cpu"}:
+        return False
+    if features is None:
+        features = read_features(import_mxnet()[0])
+    env = read_env(os.environ if environ is None else environ)
+    return bfloat16_native(read_cpu(cpuinfo), features, env)
 
 
 def diagnose(environ=None, features=None, cpuinfo=None, nvidia_smi=None, mxnet_gpus=None,

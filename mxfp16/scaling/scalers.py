@@ -25,7 +25,16 @@ from ..optimizers import check_updates_on_workers
 
 
 class LossScaleCollapse(RuntimeError):
-    """Raised when steps keep overflowing at the minimum loss scale: training cannot recover."""
+    """Raised when steps keep overflowing at the minimum loss scale: training cannot recover.
+
+    ``report`` is the overflow report of the batch at hand (:func:`mxfp16.find_overflow`) where
+    the Trainer, ``mxfp16.amp``, :func:`mxfp16.module_step` or the scripts located the overflow,
+    whose warning then ends the message; None where nothing located it.
+    """
+
+    def __init__(self, message, report=None):
+        super().__init__(message)
+        self.report = report
 
 
 def _first_step_setup(trainer):
@@ -250,7 +259,7 @@ class LossScaler:
                 f"{self.consecutive_skips} steps in a row overflowed at the minimum loss scale "
                 f"{scale_text(self.min_scale)}: the gradients are inf/NaN even at that scale. "
                 "Lower the learning rate, check the data for inf/NaN, or keep the overflowing "
-                "layers in float32")
+                "layers in float32 (mxfp16.find_overflow(net, *batch) names them)")
 
     def _grow(self):
         """Clean-step hook: a static scaler keeps its scale."""

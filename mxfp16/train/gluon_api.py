@@ -7,6 +7,7 @@ step.  :mod:`mxfp16.train.loop` runs it through the methods :class:`GluonAPI` sh
 :class:`mxfp16.train.module_api.ModuleAPI`.
 """
 import functools
+import logging
 
 import mxnet as mx
 from mxnet import autograd, gluon
@@ -17,6 +18,11 @@ from ..casting import cast_block
 from ..casting.deploy import float32_value
 from ..models import DATA_INPUT, block_to_network
 from ..optimizers import NO_WD_SUFFIXES, make_trainer
+from ..overflow_warning import FLAGS, Batch, OverflowAlarm
+from ..scaling import boundary as boundary_scale
+from ..scaling.scalers import LossScaleCollapse
+
+log = logging.getLogger("mxfp16.train")
 
 #: Optimizer settings a resumed run takes from the command line, not from the checkpoint's
 #: optimizer, so both APIs resume alike (the schedule follows --num-epochs, which may be extended).
@@ -135,6 +141,7 @@ class GluonAPI:
         if states_path:
             load_trainer_states(self.trainer, states_path, allow_pickle)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=not soft_targets)
+        self.alarm = OverflowAlarm(scaler, "mxfp16.train", log, FLAGS)
 
     @property
     def optimizer(self):
@@ -160,12 +167,22 @@ class GluonAPI:
             ``(outputs, losses, updated)``: logits and per-sample losses per device, and whether
             the update ran.
         """
+        used = self.scaler.loss_scale
         with autograd.record():
             outputs = [self.net(x) for x in data]
             losses = [self.loss_fn(out, target) for out, target in zip(outputs, targets)]
             scaled = self.scaler.scale(losses)
         autograd.backward(scaled)
-        return outputs, losses, self.scaler.step(self.trainer, batch_size)
+        batch = functools.partial(Batch, self.net, (data[0],),
+                                  {"label": targets[0], "loss_fn": self.loss_fn})
+        try:
+            updated = self.scaler.step(self.trainer, batch_size)
+        except LossScaleCollapse as collapse:
+            raise self.alarm.collapsed(collapse, self.scaler, used, batch) from None
+        if self.scaler.enabled:  # the early overflow warning (two assignments on a clean step)
+            self.alarm.after_step(self.scaler, used, updated, batch, losses)
+        boundary_scale.forget_calls()  # the inputs the cast network kept for it
+        return outputs, losses, updated
 
     def predict(self, data):
         """Class scores of a batch (inference mode), one piece per device of :meth:`split`."""

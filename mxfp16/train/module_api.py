@@ -18,7 +18,8 @@ from .. import mxnet_internals
 from ..casting import cast_symbol
 from ..casting.params import cast_params
 from ..models import Network
-from ..module import init_optimizer, make_scaled_module, module_step
+from ..module import init_optimizer, make_scaled_module, module_step, overflow_alarm
+from ..overflow_warning import FLAGS
 from ..checkpoints.optimizer_states import is_pickle_file, read_optimizer_states, save_optimizer_states
 from ..optimizers import NO_WD_SUFFIXES, make_optimizer, master_weight
 from .data import DATA_NAME, LABEL_NAME
@@ -168,6 +169,8 @@ class ModuleAPI:
             kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params, no_wd=no_wd,
             states_path=states_path, allow_pickle=allow_pickle, keep_float32=keep_float32)
         self._num_devices = len(ctx)
+        self.alarm = overflow_alarm(self.module, scaler, caller="mxfp16.train", logger=log,
+                                    fixes=FLAGS)
         # Workers of a distributed kvstore (or Horovod) agree on skipping a step through it.
         self._step_kvstore = kvstore if isinstance(kvstore, mx.kvstore.KVStoreBase) else None
 
