@@ -102,6 +102,21 @@ def test_loss_scale_floor_quick_goes_below_1_only_with_the_floor(load_benchmark,
     assert runs[20, -24]["updates"] == 2 and runs[20, -24]["final_scale"] < 2.0 ** -10
 
 
+@pytest.mark.slow
+def test_overflow_warning_quick_times_two_workers_side_by_side_and_the_locator(load_benchmark,
+                                                                            tmp_path):
+    record, markdown = run_quick(load_benchmark("overflow_warning"), tmp_path)
+    (row,) = record["paths"]
+    assert row["path"] == "trainer-mlp" and len(row["rounds"]) == 1
+    assert row["before_ms"] > 0 and row["after_ms"] > 0 and row["ratio"] > 0
+    assert row["round_ratio_q1"] <= row["round_ratio_median"] <= row["round_ratio_q3"]
+    assert len(table_rows(markdown)) == 1 and len(record["locator"]["seconds"]) == 2
+    assert record["locator"]["step_seconds"] > 0 and isinstance(record["locator"]["culprits"], int)
+    assert "find_overflow on mobilenet0_25, batch 2 at 32 px" in markdown
+    assert set(record["added_us"]) == {"after_step", "keep_call + forget_calls",
+                                       "module_step's alarm look-up"}
+
+
 def test_cast_time_quick_counts_casts(load_benchmark, tmp_path):
     module = load_benchmark("cast_time")
     record, markdown = run_quick(module, tmp_path)
@@ -326,6 +341,8 @@ def test_detection_speed_quick_counts_casts_and_profiles(load_benchmark, tmp_pat
 @pytest.mark.parametrize("name, argv, message", [
     ("accuracy_parity", ["--modes", "float8"], "unknown mode(s) ['float8']"),
     ("loss_scaling_matters", ["--log2-factors", "3"], "integers in [-40, 0]"),
+    ("overflow_warning", ["--baseline", "/nonexistent"], "--baseline '/nonexistent': give a "
+                                                          "checkout of mxfp16 before the warning"),
     ("loss_scale_floor", ["--log2-floors", "0,2"], "--log2-floors '0,2': give comma-separated "
                                                    "integers in [-60, 0]"),
     ("data_pipeline", ["--image-shape", "224,224"], "--image-shape '224,224'"),
