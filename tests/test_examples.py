@@ -17,7 +17,7 @@ from conftest import EXAMPLES_DIR, load_example
 
 EXAMPLES = ("lstm_language_model", "dcgan", "gluon_image_classification",
             "module_image_classification", "bert_classifier", "preemptible_loop", "ssd_detection",
-            "numpy_interface")
+            "numpy_interface", "overflow_debugging")
 IMAGE_EXAMPLES = ("gluon_image_classification", "module_image_classification")
 
 
@@ -104,6 +104,21 @@ def test_image_examples_run_on_synthetic_images_of_any_shape(name, capsys):
         "--data", "synthetic", "--image-shape", "3,12,12", "--num-classes", "4",
         "--num-examples", "40", "--batch-size", "8", "--num-epochs", "1"], capsys)
     assert (code, summary["dtype"], summary["epochs"]) == (0, "float16", "1")
+
+
+@pytest.mark.slow
+def test_overflow_debugging_names_the_scores_block_and_its_fix_reaches_float32s_loss(capsys):
+    code, lines, summary = run_example("overflow_debugging", ["--num-epochs", "20"], capsys)
+    assert code == 0 and summary["keep_float32"] == "['0']" and summary["culprits"] == "1"
+    assert summary["float16_loss"] == "nan" and summary["skipped"] == "0"
+    assert abs(float(summary["fixed_loss"]) - float(summary["float32_loss"])) <= 2e-4
+    assert "   loss nan after 20 steps, 20 skipped" in lines
+
+
+def test_overflow_debugging_refuses_a_dtype_with_float32s_range():
+    with pytest.raises(ValueError, match=r"^--dtype bfloat16: the example shows a float16 "
+                                         r"overflow, and bfloat16 has float32's range"):
+        load_example("overflow_debugging").main(["--dtype", "bfloat16"])
 
 
 @pytest.mark.slow
