@@ -94,7 +94,8 @@ def chosen_items(request, name):
     (after ``-k``, ``-m`` and deselection): what a module fixture that starts their work ahead
     of them should start."""
     return [item for item in request.session.items
-            if item.module is request.module and item.originalname == name]
+            if getattr(item, "module", None) is request.module
+            and getattr(item, "originalname", None) == name]
 
 
 @contextlib.contextmanager
