@@ -7,10 +7,13 @@ or a Horovod job through horovodrun, or either inside a SLURM allocation with sr
     python scripts/launch.py --launcher horovod -n 2 -- python scripts/train_imagenet.py \
         --kv-store horovod --network resnet50_v1 ...
     python scripts/launch.py --launcher slurm -n 4 -s 2 -- python ...   # in an sbatch script
+    python scripts/launch.py --launcher mpi -n 2 -s 1 -H hosts.txt -- python ...
+    python scripts/launch.py --launcher horovod --horovod-controller mpi -n 2 -- python ...
 
 runs the command as ``-n`` workers next to ``-s`` servers and one scheduler, on this machine
-(127.0.0.1 only) or, with a hostfile, on its hosts through ssh; see :mod:`mxfp16.train.launch.launcher` for
-the environment each process gets and how the job ends.  The exit code is 0 when every worker
+(127.0.0.1 only) or, with a hostfile, on its hosts through ssh (or mpirun: ``--launcher mpi``); see
+:mod:`mxfp16.train.launch.launcher` and :mod:`mxfp16.train.launch.mpi` for the environment each
+process gets and how the job ends.  The exit code is 0 when every worker
 succeeded, else the first failing process's code; 124 after ``--timeout``, 130 on Ctrl-C.  Errors
 in the input print one ``error: ...`` line and exit with code 2.
 """
@@ -22,8 +25,9 @@ import sys
 
 from mxfp16.train.launch.hosts import read_hostfile
 from mxfp16.train.launch.launcher import launch
-from mxfp16.train.launch.plan import (FORWARDED_NAMES, FORWARDED_PREFIXES, LAUNCH_COMMAND_VARIABLE,
-                                      LAUNCHERS, LaunchError, LaunchTimeout)
+from mxfp16.train.launch.plan import (FORWARDED_NAMES, FORWARDED_PREFIXES, HOROVOD_CONTROLLERS,
+                                      LAUNCH_COMMAND_VARIABLE, LAUNCHERS, LaunchError,
+                                      LaunchTimeout)
 
 #: Exit code after --timeout (as timeout(1)) and after Ctrl-C (as a shell).
 TIMEOUT_EXIT, INTERRUPT_EXIT = 124, 130
@@ -45,10 +49,15 @@ def get_args_parser():
                              "per line; implies --launcher ssh (default: none, all on this "
                              "machine)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                        help="where the servers and workers run; horovod: horovodrun over Gloo "
-                             "starts the workers, no servers; slurm: each process a job step "
+                        help="where the servers and workers run; mpi: OpenMPI's mpirun starts "
+                             "them (over the hostfile's hosts, or here); horovod: horovodrun over "
+                             "Gloo starts the workers, no servers; slurm: each process a job step "
                              "(srun) on the nodes of this SLURM allocation, for dist_sync or "
                              "--kv-store horovod (default: ssh with a hostfile, else local)")
+    parser.add_argument("--horovod-controller", choices=HOROVOD_CONTROLLERS, default="gloo",
+                        help="with --launcher horovod, what starts the ranks: gloo "
+                             "(horovodrun --gloo) or mpi (mpirun, as horovodrun --mpi would; "
+                             "needs Horovod built with MPI) (default: gloo)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds before the whole job is stopped (default: none)")
     parser.add_argument("--host-ip", default=None,
@@ -92,7 +101,8 @@ def run(args, typed):
     launcher = args.launcher or ("ssh" if hosts else "local")
     env = dict(parse_env(args.env), **{LAUNCH_COMMAND_VARIABLE: shlex.join(typed)})
     return launch(command, args.num_workers, args.num_servers, launcher=launcher, hosts=hosts,
-                  timeout=args.timeout, root_uri=args.host_ip, env=env, log_dir=args.log_dir)
+                  timeout=args.timeout, root_uri=args.host_ip, env=env, log_dir=args.log_dir,
+                  horovod_controller=args.horovod_controller)
 
 
 def main(argv=None):

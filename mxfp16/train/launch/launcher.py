@@ -59,6 +59,11 @@ step (call it yourself before a bare ``trainer.step``), and initialise alike on 
 seed).  A loss scaler's skip decision is then the same on every worker (tests/test_distributed.py
 checks all of this on a real job).
 
+**mpi launcher.**  MXNet's ``--launcher mpi``: the scheduler here, the servers and the workers
+started by mpirun (one each) over the hostfile's hosts or on this machine, with the same variables;
+mpirun's ranks run under the remote agent's ``mpi`` mode, and the stop signals reach them as
+SIGUSR1/SIGUSR2, which mpirun passes on (see :mod:`.mpi`, also for ``horovod_controller='mpi'``).
+
 **SLURM launcher.**  Inside an allocation (``sbatch``, ``salloc``), every process is a job step of
 its own on the allocation's nodes, under the same agent; a ``--kv-store horovod`` command gets
 Horovod's ranks and rendezvous server instead of servers; after a stop by a signal, the job may
@@ -88,7 +93,6 @@ everything at once.
 import functools
 import logging
 import math
-import re
 import signal
 import threading
 import time
@@ -97,8 +101,9 @@ from contextlib import contextmanager
 
 from . import slurm, slurm_horovod
 from .hosts import is_this_machine, prepare_hosts, route_address, sweep_hosts
-from .plan import (JOB_VARIABLE, LOCAL_HOST, LaunchError, LaunchTimeout, asks_for_horovod,
-                   check_job, free_port, plan_processes, remote_python, server_python)
+from .mpi import job_hosts, plan_job, uses_mpirun
+from .plan import (ERROR_LINE, JOB_VARIABLE, LOCAL_HOST, LaunchError, LaunchTimeout,
+                   asks_for_horovod, check_job, free_port, remote_python, server_python)
 from .processes import (POLL_INTERVAL, STOP_CODES, exit_code, returncode, signal_groups, start,
                         stop)
 
@@ -111,8 +116,8 @@ SERVER_EXIT_GRACE = 15.0
 #: the grace periods of spot instances and Kubernetes (30 s and more).
 WORKER_STOP_GRACE = 25.0
 
-#: Processes whose success is the job's: the workers, or horovodrun, which runs them.
-WORKER_ROLES = ("worker", "horovodrun")
+#: Processes whose success is the job's: the workers, or horovodrun or mpirun, which run them.
+WORKER_ROLES = ("worker", "horovodrun", "mpirun")
 
 #: Signals to the launcher that it passes to the workers, which save and stop (Ctrl-C is
 #: KeyboardInterrupt's): a scheduler's notice, a closed terminal, SLURM's --signal warnings.
@@ -120,15 +125,6 @@ EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 #: ...passed on as these (the agents' control words have no HUP; the scripts treat both alike).
 PASSED_AS = {signal.SIGHUP: signal.SIGTERM}
-
-#: What counts as the error line of a failed process's log: ``error: ...`` (mxfp16's scripts, the
-#: remote agent), an exception's last line, or a missing file or program.
-ERROR_LINE = re.compile(r"^(error:|[\w.]*(Error|Exception)\b)|No such file|not found|denied")
-
-#: horovodrun's account of the first process that failed, whose status is the job's (horovodrun
-#: itself exits 1 whatever the status).
-HOROVOD_FIRST_FAILURE = re.compile(r"The first process to do so was:\s*Process name: (\d+)\s*"
-                                   r"Exit code: (\d+)")
 
 
 def _first_failure(running):
@@ -160,25 +156,24 @@ def first_error_line(path):
         return None
 
 
-def _horovod_rank_status(proc):
-    """(rank, exit code) of the first Horovod process that failed, as horovodrun said, or None."""
+def _output(proc):
+    """The output of ``proc`` (its log, or the last 8 kB relayed), once it has exited."""
     for relay in proc.relays:
         relay.join(timeout=5)
-    text = bytes(proc.tail).decode(errors="replace")
-    if proc.log_file:
-        proc.log_file.flush()
-        with open(proc.log_file.name, errors="replace") as log_text:
-            text = log_text.read()
-    found = HOROVOD_FIRST_FAILURE.search(text)
-    return (int(found.group(1)), int(found.group(2))) if found else None
+    if not proc.log_file:
+        return bytes(proc.tail).decode(errors="replace")
+    proc.log_file.flush()
+    with open(proc.log_file.name, errors="replace") as log_text:
+        return log_text.read()
 
 
 def _report_failure(proc, code):
-    """Log the failure of ``proc`` and the first error line of its log; the job's exit code."""
-    status = _horovod_rank_status(proc) if proc.spec.role == "horovodrun" else None
-    if status:
-        log.error("Horovod process %d failed first, with exit code %d: stopping the job", *status)
-        return status[1]
+    """Log the failure of ``proc`` and the first error line of its log; the job's exit code (that
+    of the first of its own processes that failed, for horovodrun and mpirun)."""
+    account = proc.spec.account(_output(proc), code) if proc.spec.account else None
+    if account:
+        log.error(account[0])
+        return account[1]
     where = f" on {proc.spec.host}" if proc.spec.remote else ""
     why = " (ssh's code: the connection failed or was lost)" if proc.spec.remote and code == 255 \
         else ""
@@ -233,7 +228,7 @@ def _stop_workers_first(running, sig, grace=WORKER_STOP_GRACE):
     """Pass ``sig`` to the workers and wait (up to ``grace`` seconds) until they have exited, the
     servers and scheduler still up; the workers' exit code (the first nonzero one), or None."""
     workers = [proc for proc in running if proc.spec.role in WORKER_ROLES]
-    signal_groups(workers, sig)
+    signal_groups(workers, sig, stop=True)
     limit = time.monotonic() + grace
     while any(returncode(proc) is None for proc in workers) and time.monotonic() < limit:
         time.sleep(POLL_INTERVAL)
@@ -266,7 +261,7 @@ def _signals_as_exit():
 
 
 def launch(command, num_workers, num_servers=None, launcher="local", hosts=None, timeout=None,
-           root_uri=None, env=None, log_dir=None, workdir=None):
+           root_uri=None, env=None, log_dir=None, workdir=None, horovod_controller="gloo"):
     """Run a ``dist_sync`` job: start scheduler, servers and workers, wait, stop everything.
 
     Parameters
@@ -276,9 +271,10 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     num_workers : int
     num_servers : int or None
         Default: ``num_workers`` (as MXNet's launcher).
-    launcher : {'local', 'ssh', 'horovod', 'slurm'}
-        ``horovod`` runs ``horovodrun`` over Gloo instead, which starts the workers (no servers);
-        the script needs ``--kv-store horovod``.  ``slurm`` runs every process as an ``srun`` step
+    launcher : {'local', 'ssh', 'mpi', 'horovod', 'slurm'}
+        ``mpi``: mpirun starts the servers and workers (:mod:`.mpi`).  ``horovod`` runs
+        ``horovodrun`` over Gloo instead, which starts the workers (no servers); the script needs
+        ``--kv-store horovod``.  ``slurm`` runs every process as an ``srun`` step
         on the nodes of this SLURM allocation, for either kvstore (:mod:`.slurm`).
     hosts : list of str or Host or None
         ``host``, ``user@host`` or ``host:ssh_port`` entries for the ssh launcher (see
@@ -294,6 +290,8 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
         Write each process's output to ``<log_dir>/<role>-<index>.log`` instead of this terminal.
     workdir : str or None
         The remote working directory for ssh (default: the current directory).
+    horovod_controller : {'gloo', 'mpi'}
+        What starts a Horovod job's ranks: horovodrun over Gloo, or mpirun (:mod:`.mpi`).
 
     Returns
     -------
@@ -319,11 +317,12 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
     num_servers = num_workers if num_servers is None else num_servers
     if timeout is not None and not timeout > 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    uses_mpirun(launcher, horovod_controller)  # a bad controller is an error before anything
     check_job(command, num_workers, num_servers, launcher, hosts)
     job = dict(command=command, num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
                env=env, job_id=uuid.uuid4().hex[:16])
     planned = _slurm_plan(**job) if launcher == "slurm" else \
-        _plan(launcher=launcher, hosts=hosts, workdir=workdir, **job)
+        _plan(launcher=launcher, hosts=hosts, workdir=workdir, controller=horovod_controller, **job)
     deadline = time.monotonic() + (timeout if timeout else math.inf)
     with planned as (specs, finish), _signals_as_exit():
         running, code = [], None
@@ -341,17 +340,19 @@ def launch(command, num_workers, num_servers=None, launcher="local", hosts=None,
 
 
 @contextmanager
-def _plan(command, num_workers, num_servers, launcher, hosts, root_uri, env, workdir, job_id):
-    """A local, ssh or horovodrun job: ``(its processes, what to run after it)``; the hosts
-    resolved and probed first."""
+def _plan(command, num_workers, num_servers, launcher, hosts, root_uri, env, workdir, job_id,
+          controller):
+    """A local, ssh, horovodrun or mpirun job: ``(its processes, what to run after it)``; the
+    hosts resolved and probed first."""
     hosts = prepare_hosts(command, launcher, hosts)
     if root_uri is None:
-        root_uri = route_address(hosts) if launcher == "ssh" else LOCAL_HOST
-    specs = plan_processes(command, num_workers, num_servers, launcher, hosts, root_uri,
-                           free_port(root_uri), env, workdir, job_id=job_id)
+        root_uri = route_address(hosts) if hosts and launcher in ("ssh", "mpi") else LOCAL_HOST
+    specs = plan_job(command, num_workers, num_servers, launcher, hosts, root_uri,
+                     free_port(root_uri), env, workdir, job_id, controller)
+    hosts = job_hosts(hosts) if uses_mpirun(launcher, controller) else hosts  # this one too
     python = server_python(remote_python(command))
     yield specs, lambda code: hosts and sweep_hosts(hosts, python, job_id,
-                                                    horovod=launcher == "horovod")
+                                                    horovod=launcher in ("horovod", "mpi"))
 
 
 @contextmanager

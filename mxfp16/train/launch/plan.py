@@ -6,15 +6,20 @@ list, the environment of each, the ssh command lines) and starts nothing.
 import getpass
 import math
 import os
+import re
 import shlex
 import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
 
-#: The ways to start servers and workers; ``horovod`` starts the workers alone, through horovodrun;
-#: ``slurm`` places them with ``srun`` inside a SLURM allocation (:mod:`.slurm`).
-LAUNCHERS = ("local", "ssh", "horovod", "slurm")
+#: The ways to start servers and workers; ``mpi`` through mpirun (:mod:`.mpi`); ``horovod`` starts
+#: the workers alone, through horovodrun (or mpirun); ``slurm`` places them with ``srun`` inside a
+#: SLURM allocation (:mod:`.slurm`).
+LAUNCHERS = ("local", "ssh", "mpi", "horovod", "slurm")
+
+#: What starts the ranks of a Horovod job: horovodrun over Gloo, or mpirun (:mod:`.mpi`).
+HOROVOD_CONTROLLERS = ("gloo", "mpi")
 
 #: The address of a local job: nothing listens beyond this machine.
 LOCAL_HOST = "127.0.0.1"
@@ -37,6 +42,15 @@ JOB_VARIABLE = "MXFP16_JOB_ID"
 
 #: The launch command as the user typed it (``scripts/launch.py ...``), set by scripts/launch.py for
 #: every process: the training scripts' "resume with:" line repeats it.
+#: What counts as the error line of a failed process's log: ``error: ...`` (mxfp16's scripts, the
+#: remote agent), an exception's last line, or a missing file or program.
+ERROR_LINE = re.compile(r"^(error:|[\w.]*(Error|Exception)\b)|No such file|not found|denied")
+
+#: horovodrun's account of the first process that failed, whose status is the job's (horovodrun
+#: itself exits 1 whatever the status).
+HOROVOD_FIRST_FAILURE = re.compile(r"The first process to do so was:\s*Process name: (\d+)\s*"
+                                   r"Exit code: (\d+)")
+
 LAUNCH_COMMAND_VARIABLE = "MXFP16_LAUNCH_COMMAND"
 
 #: Seconds a remote agent gives its process between SIGTERM and SIGKILL once the launcher is gone.
@@ -56,7 +70,10 @@ class ProcessSpec:
 
     For a remote process ``argv`` is the local ssh call, ``env`` is empty (the variables are
     exported inside the remote command), ``remote`` is the :class:`mxfp16.train.launch.hosts.Host` and
-    ``command`` the command it runs there; otherwise ``env`` is added to this environment.
+    ``command`` the command it runs there; otherwise ``env`` is added to this environment.  A
+    process that starts others (horovodrun, mpirun) has an ``account``: ``account(output, code)`` is
+    ``(message, exit code)`` of the first of its processes that failed, or None; ``stop_signals``
+    maps a stop signal for its workers to the one it is sent instead (mpirun's, :mod:`.mpi`).
     """
     role: str
     index: int
@@ -65,6 +82,8 @@ class ProcessSpec:
     env: dict = field(default_factory=dict)
     remote: object = None
     command: tuple = ()
+    account: object = None
+    stop_signals: dict = None
 
     @property
     def name(self):
@@ -292,7 +311,8 @@ def plan_processes(command, num_workers, num_servers, launcher="local", hosts=No
     if launcher == "horovod":  # horovodrun starts and numbers the workers; no servers
         argv = horovodrun_argv(command, num_workers, hosts)
         shown = argv[:-1] + [shlex.join(command)]  # the command without the agent's source
-        return [ProcessSpec("horovodrun", 0, LOCAL_HOST, tuple(argv), extra, command=tuple(shown))]
+        return [ProcessSpec("horovodrun", 0, LOCAL_HOST, tuple(argv), extra, command=tuple(shown),
+                            account=horovod_account)]
     job = dict(num_workers=num_workers, num_servers=num_servers, root_uri=root_uri,
                root_port=root_port)
     python = server_python(remote_python(command) if launcher == "ssh" else command)
@@ -350,27 +370,57 @@ def horovodrun_argv(command, num_workers, hosts=None):
     if not hosts:
         return [horovodrun, "-np", str(num_workers), "-H", f"localhost:{num_workers}", "--gloo",
                 "sh", "-c", "exec " + shlex.join(command)]
-    ports = sorted({host.port or 22 for host in hosts})
-    if len(ports) > 1:
-        raise LaunchError(f"horovodrun takes one ssh port for every host, the hostfile has "
-                          f"{', '.join(map(str, ports))}: use one port, or set Port per host in "
-                          "~/.ssh/config")
-    _check_horovod_users(hosts)
+    port = check_one_ssh_port(hosts, "horovodrun")
+    check_ssh_users(hosts, "horovodrun")
     slots = math.ceil(num_workers / len(hosts))
     placement = ",".join(f"{host.address}:{slots}" for host in hosts)
     command = remote_python(command)
     agent = [server_python(command), "-c", agent_source(), "run", str(AGENT_GRACE), "stdout", "--"]
-    return [horovodrun, "-np", str(num_workers), "-H", placement, "-p", str(ports[0]), "--gloo",
+    return [horovodrun, "-np", str(num_workers), "-H", placement, "-p", str(port), "--gloo",
             "sh", "-c", "exec " + shlex.join(agent + command)]
 
 
-def _check_horovod_users(hosts):
-    """horovodrun's ``-H`` takes no user: ``user@host`` entries must name the user ssh logs in as
-    anyway (this one); another user belongs in ~/.ssh/config."""
+def check_one_ssh_port(hosts, tool):
+    """The ssh port of every host, for a ``tool`` (horovodrun, mpirun) that takes only one.
+
+    Raises
+    ------
+    LaunchError
+        When the hosts have different ports.
+    """
+    ports = sorted({host.port or 22 for host in hosts})
+    if len(ports) > 1:
+        raise LaunchError(f"{tool} takes one ssh port for every host, the hostfile has "
+                          f"{', '.join(map(str, ports))}: use one port, or set Port per host in "
+                          "~/.ssh/config")
+    return ports[0]
+
+
+def check_ssh_users(hosts, tool):
+    """``tool``'s hosts take no user (horovodrun's ``-H``, mpirun's ``-host``): ``user@host``
+    entries must name the user ssh logs in as anyway (this one); another user belongs in
+    ~/.ssh/config."""
     me = getpass.getuser()
     for host in hosts:
         if host.user and host.user != me:
-            raise LaunchError(f"horovodrun cannot log in to {host} as {host.user} (its -H takes no "
+            raise LaunchError(f"{tool} cannot log in to {host} as {host.user} (its hosts take no "
                               f"user; ssh logs in as {me}): add 'Host {host.address}' with "
                               f"'User {host.user}' to ~/.ssh/config and write {host.name} in the "
                               "hostfile")
+
+
+def horovod_account(text, code=None):
+    """``(message, exit code)`` of the first Horovod process that failed, from horovodrun's output
+    ``text`` (:data:`HOROVOD_FIRST_FAILURE`), or None; horovodrun's own exit ``code`` (1) is not
+    the job's.
+
+    Examples
+    --------
+    >>> horovod_account('The first process to do so was:\\n Process name: 1\\n Exit code: 3', 1)
+    ('Horovod process 1 failed first, with exit code 3: stopping the job', 3)
+    """
+    found = HOROVOD_FIRST_FAILURE.search(text)
+    if found is None:
+        return None
+    rank, code = int(found.group(1)), int(found.group(2))
+    return f"Horovod process {rank} failed first, with exit code {code}: stopping the job", code

@@ -69,8 +69,8 @@ def start(spec, log_dir):
     if log_dir is not None:
         os.makedirs(log_dir, exist_ok=True)
         log_file = open(os.path.join(log_dir, f"{spec.role}-{spec.index}.log"), "wb")
-    # horovodrun's output is relayed here (not inherited) so that its account of a failure is read
-    relayed = spec.role == "horovodrun" and log_file is None
+    # horovodrun's and mpirun's output is relayed here (not inherited): their account of a failure
+    relayed = spec.account is not None and log_file is None
     try:
         popen = subprocess.Popen(list(spec.argv), env=dict(os.environ, **spec.env),
                                  stdin=subprocess.PIPE if spec.remote else subprocess.DEVNULL,
@@ -120,9 +120,14 @@ def returncode(proc):
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-def signal_groups(running, sig):
-    """``sig`` to each process group: here with killpg, on a remote host through its agent."""
+def signal_groups(running, sig, stop=False):
+    """``sig`` to each process group: here with killpg, on a remote host through its agent; to ask
+    workers to ``stop``, the signal their runner passes on instead (``spec.stop_signals``: mpirun's,
+    :data:`.mpi.STOP_SIGNALS`), to the runner alone."""
     for proc in running:
+        if stop and (proc.spec.stop_signals or {}).get(sig):
+            os.kill(proc.popen.pid, proc.spec.stop_signals[sig])
+            continue
         if proc.spec.remote and proc.popen.stdin:
             try:
                 proc.popen.stdin.write(f"{signal.Signals(sig).name[3:]}\n".encode())
