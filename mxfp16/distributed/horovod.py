@@ -21,9 +21,10 @@ import mxnet as mx
 import numpy as np
 
 #: What installs Horovod for MXNet (after MXNet itself): its build imports the installed mxnet for
-#: headers and libmxnet.so, which pip's isolated build environment would hide.
+#: headers and libmxnet.so, which pip's isolated build environment would hide.  It builds with MPI
+#: where OpenMPI's development files are installed (Horovod's own detection), with Gloo always.
 INSTALL_COMMAND = ("pip install wheel && HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 "
-                   "HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 "
+                   "HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 "
                    "pip install --no-build-isolation horovod==0.28.1")
 
 #: Name prefix of this module's Horovod operations (names must match across ranks).
