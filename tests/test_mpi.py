@@ -23,6 +23,7 @@ from mxfp16.train.launch import plan as launch_plan
 from mxfp16.train.launch.hosts import Host
 from mxfp16.train.launch.launcher import launch
 from mxfp16.train.state import checkpoint
+from conftest import started_ahead
 from test_distributed import STUCK_OR_FAILING_WORKER, alive, job_logs, recorded_pids
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +61,27 @@ needs_two_hosts = pytest.mark.skipif(two_hosts.can_make_namespaces() is not None
 
 def train_imagenet(*flags):
     return ["python", os.path.join("scripts", "train_imagenet.py"), *flags]
+
+
+def mpirun_argv(*argv):
+    """``mpirun`` as a user types it (as root, with the option it then needs), Horovod's options."""
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return ["mpirun", *root, "-bind-to", "none", "-map-by", "slot", "-x", "PYTHONPATH",
+            "-x", "OMP_NUM_THREADS=1", *argv]
+
+
+ONE_MACHINE_TEST = "test_mpirun_np_2_trains_with_the_horovod_kvstore_on_one_machine"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_machine_job(request):
+    """The users' mpirun command of :data:`ONE_MACHINE_TEST`, started with this module's first
+    test (conftest.started_ahead): it trains while the light tests before it run."""
+    test = None if MPIRUN_REASON or horovod_mpi_missing() else ONE_MACHINE_TEST
+    argv = mpirun_argv("-np", "2", *train_imagenet("--kv-store", "horovod", *TINY))
+    with started_ahead(request, test, argv, timeout=JOB_TIMEOUT, cwd=REPO,
+                       env=dict(os.environ, PYTHONPATH=REPO)) as result:
+        yield result
 
 
 # --- the remote agent's mpi mode, as mpirun runs it (a process group of its own) -------------
@@ -184,6 +206,13 @@ def test_mpiruns_report_names_the_first_failed_process_its_host_and_error_line()
     killed = "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
     assert mpi.rank_account(ranks, killed) == (
         "worker 1 on 10.0.0.2 (MPI rank 1) failed first, with exit code 137: stopping the job", 137)
+    # an unbuffered Python writes a traceback's last line in pieces, each tagged by mpirun
+    split = ("[1,1]<stderr>:ModuleNotFoundError[1,0]<stdout>:up\n[1,1]<stderr>:: [1,1]<stderr>:No "
+             "module named 'x'[1,1]<stderr>:\n-----\nThe first process to do so was:\n\n  Process "
+             "name: [[417,1],1]\n  Exit code:    1\n")
+    assert mpi.rank_account(ranks, split, 1)[0].endswith(
+        "(MPI rank 1) failed first, with exit code 1: stopping the job; its output: "
+        "ModuleNotFoundError: No module named 'x'")
     own = "[1,0]<stdout>:ValueError: x\n-----\nORTE was unable to reliably start one or more daemons."
     assert mpi.rank_account(ranks, own, 1) == (
         "mpirun failed with exit code 1: ORTE was unable to reliably start one or more daemons.", 1)
@@ -231,41 +260,6 @@ def test_the_first_failing_workers_code_is_the_jobs_and_every_process_is_stopped
     assert len(pids) == 4 and not [pid for pid in pids if alive(pid)]
 
 
-@pytest.mark.slow
-@needs_mpirun
-def test_the_timeout_stops_every_process_and_exits_124(script_main, tmp_path, capsys):
-    code = script_main("launch")(["--launcher", "mpi", "-n", "2", "-s", "1", "--timeout", "4",
-                                  "--log-dir", str(tmp_path / "logs"), "--", sys.executable, "-c",
-                                  STUCK_OR_FAILING_WORKER, str(tmp_path), "hang"])
-    assert code == 124
-    assert capsys.readouterr().err.strip().startswith("error: the job ran past its timeout")
-    pids = recorded_pids(tmp_path)
-    assert len(pids) == 4, job_logs(tmp_path / "logs")
-    assert not [pid for pid in pids if alive(pid)]
-
-
-def mpirun_argv(*argv):
-    """``mpirun`` as a user types it (as root, with the option it then needs), Horovod's options."""
-    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    return ["mpirun", *root, "-bind-to", "none", "-map-by", "slot", "-x", "PYTHONPATH",
-            "-x", "OMP_NUM_THREADS=1", *argv]
-
-
-def run(argv, timeout=JOB_TIMEOUT):
-    return subprocess.run(argv, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), text=True,
-                          capture_output=True, timeout=timeout + 60)
-
-
-@pytest.mark.slow
-@needs_horovod_mpi
-def test_mpirun_np_2_trains_with_the_horovod_kvstore_on_one_machine():
-    """The command of HPC users, as they type it."""
-    job = run(mpirun_argv("-np", "2", *train_imagenet("--kv-store", "horovod", *TINY)))
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    assert "Horovod: rank 0 of 2 processes (local rank 0)" in job.stdout
-    assert "mobilenet0.25 float16 (gluon): 1 epoch" in job.stdout
-
-
 def start_job(argv):
     """``argv`` started here, its output (both streams) in a pipe."""
     return subprocess.Popen(argv, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), text=True,
@@ -284,27 +278,6 @@ def wait_for(job, path, marker):
 def launch_argv(log_dir, *args):
     return [sys.executable, LAUNCH, "-n", "2", "--timeout", str(JOB_TIMEOUT), "--log-dir",
             str(log_dir), "--env", "OMP_NUM_THREADS:1", *args]
-
-
-@pytest.mark.slow
-@needs_horovod_mpi
-def test_sigterm_to_a_horovod_job_over_mpi_saves_on_rank_0_and_exits_143(tmp_path):
-    """``--horovod-controller mpi``: mpirun passes the stop on as SIGUSR1, the ranks agree on a
-    step, rank 0 saves it, and mpirun lets rank 0 finish."""
-    prefix = str(tmp_path / "run" / "r")
-    job = start_job(launch_argv(tmp_path / "logs", "--launcher", "horovod", "--horovod-controller",
-                                "mpi", "--", *train_imagenet("--kv-store", "horovod", *TRAIN,
-                                                             "--model-prefix", prefix)))
-    log = tmp_path / "logs" / "mpirun-0.log"
-    wait_for(job, log, "Epoch[0] Batch[3]")
-    job.send_signal(signal.SIGTERM)
-    output, _ = job.communicate(timeout=JOB_TIMEOUT)
-    ranks = log.read_text()
-    assert job.returncode == 143, output + ranks
-    stopped = [line for line in ranks.splitlines() if "stopped by SIGTERM" in line]
-    (epoch, batch), = [position for position in checkpoint.saved_positions(prefix) if position[1]]
-    assert len(stopped) == 1 and stopped[0].startswith("[1,0]<stdout>:")  # rank 0 saved
-    assert f"{prefix}-0000+{batch:06d}" in stopped[0] and "--horovod-controller mpi" in stopped[0]
 
 
 # --- across the two hosts ---------------------------------------------------------------------
@@ -330,44 +303,6 @@ def assert_nothing_left(hosts, output):
     """Nothing on either host, and the sweep found nothing either (see tests/test_multihost.py)."""
     assert "left over on" not in output, output
     assert hosts.leftovers(0) == [] and hosts.leftovers(1) == []
-
-
-@pytest.mark.slow
-@needs_horovod_mpi
-@needs_two_hosts
-def test_mpirun_np_2_trains_with_the_horovod_kvstore_across_two_hosts_over_ssh(hosts):
-    job = on_host_1(hosts, mpirun_argv("-np", "2", "-H", "node1:1,node2:1",
-                                       *train_imagenet("--kv-store", "horovod", *TINY)))
-    output, _ = job.communicate(timeout=JOB_TIMEOUT)
-    assert job.returncode == 0, output[-3000:]
-    assert "Horovod: rank 0 of 2 processes (local rank 0)" in output
-    assert "mobilenet0.25 float16 (gluon): 1 epoch" in output
-    assert_nothing_left(hosts, output)
-
-
-@pytest.mark.slow
-@needs_mpirun
-@needs_two_hosts
-def test_dist_sync_by_mpirun_across_two_hosts_stops_on_sigterm_with_rank_0s_checkpoint(hosts,
-                                                                                      tmp_path):
-    """SIGTERM to the launcher reaches both workers through mpirun; they agree on a step, rank 0
-    saves it, all exit (the resume from it is the ssh launcher's, tests/test_multihost.py)."""
-    path = hostfile(tmp_path, "root@node1:2222", "node2:2222")
-    prefix = str(tmp_path / "run" / "r")
-    job = on_host_1(hosts, launch_argv(tmp_path / "logs", "--launcher", "mpi", "-s", "1", "-H", path,
-                                       "--", *train_imagenet("--kv-store", "dist_sync", *TRAIN,
-                                                             "--model-prefix", prefix)))
-    log = tmp_path / "logs" / "mpirun-0.log"
-    wait_for(job, log, "Epoch[0] Batch[3]")
-    job.send_signal(signal.SIGTERM)
-    output, _ = job.communicate(timeout=JOB_TIMEOUT)
-    assert job.returncode == 143, output + log.read_text()
-    assert "places worker 0 on 10.231.7.1, worker 1 on 10.231.7.2" in output, output
-    stopped = [line for line in log.read_text().splitlines() if "stopped by SIGTERM" in line]
-    (epoch, batch), = [position for position in checkpoint.saved_positions(prefix) if position[1]]
-    assert len(stopped) == 1 and f"saved checkpoint {prefix}-0000+{batch:06d}" in stopped[0]
-    assert f"resume with: python {LAUNCH} -n 2 " in stopped[0] and "--launcher mpi" in stopped[0]
-    assert_nothing_left(hosts, output)
 
 
 #: A worker that says it is up, then sleeps (or fails to import, with 'missing').
@@ -429,4 +364,75 @@ def test_bad_hosts_and_a_remote_worker_that_cannot_start_are_one_line_each(hosts
     assert re.search(r"worker [01] on 10\.231\.7\.2 \(MPI rank [01]\) failed first, with exit code "
                      r"1: stopping the job; its output: ModuleNotFoundError: No module named "
                      r"'no_such_module'", output), output
+    assert_nothing_left(hosts, output)
+
+
+# --- the heavy jobs, the first of them started ahead (:func:`one_machine_job`) -------------
+
+@pytest.mark.slow
+@needs_horovod_mpi
+def test_mpirun_np_2_trains_with_the_horovod_kvstore_on_one_machine(one_machine_job):
+    """The command of HPC users, as they type it (started ahead, see :func:`one_machine_job`)."""
+    job = one_machine_job()
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert "Horovod: rank 0 of 2 processes (local rank 0)" in job.stdout
+    assert "mobilenet0.25 float16 (gluon): 1 epoch" in job.stdout
+
+
+@pytest.mark.slow
+@needs_horovod_mpi
+def test_sigterm_to_a_horovod_job_over_mpi_saves_on_rank_0_and_exits_143(tmp_path):
+    """``--horovod-controller mpi``: mpirun passes the stop on as SIGUSR1, the ranks agree on a
+    step, rank 0 saves it, and mpirun lets rank 0 finish."""
+    prefix = str(tmp_path / "run" / "r")
+    job = start_job(launch_argv(tmp_path / "logs", "--launcher", "horovod", "--horovod-controller",
+                                "mpi", "--", *train_imagenet("--kv-store", "horovod", *TRAIN,
+                                                             "--model-prefix", prefix)))
+    log = tmp_path / "logs" / "mpirun-0.log"
+    wait_for(job, log, "Epoch[0] Batch[3]")
+    job.send_signal(signal.SIGTERM)
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    ranks = log.read_text()
+    assert job.returncode == 143, output + ranks
+    stopped = [line for line in ranks.splitlines() if "stopped by SIGTERM" in line]
+    (epoch, batch), = [position for position in checkpoint.saved_positions(prefix) if position[1]]
+    assert len(stopped) == 1 and stopped[0].startswith("[1,0]<stdout>:")  # rank 0 saved
+    assert f"{prefix}-0000+{batch:06d}" in stopped[0] and "--horovod-controller mpi" in stopped[0]
+
+
+@pytest.mark.slow
+@needs_horovod_mpi
+@needs_two_hosts
+def test_mpirun_np_2_trains_with_the_horovod_kvstore_across_two_hosts_over_ssh(hosts):
+    job = on_host_1(hosts, mpirun_argv("-np", "2", "-H", "node1:1,node2:1",
+                                       *train_imagenet("--kv-store", "horovod", *TINY)))
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    assert job.returncode == 0, output[-3000:]
+    assert "Horovod: rank 0 of 2 processes (local rank 0)" in output
+    assert "mobilenet0.25 float16 (gluon): 1 epoch" in output
+    assert_nothing_left(hosts, output)
+
+
+@pytest.mark.slow
+@needs_mpirun
+@needs_two_hosts
+def test_dist_sync_by_mpirun_across_two_hosts_stops_on_sigterm_with_rank_0s_checkpoint(hosts,
+                                                                                      tmp_path):
+    """SIGTERM to the launcher reaches both workers through mpirun; they agree on a step, rank 0
+    saves it, all exit (the resume from it is the ssh launcher's, tests/test_multihost.py)."""
+    path = hostfile(tmp_path, "root@node1:2222", "node2:2222")
+    prefix = str(tmp_path / "run" / "r")
+    job = on_host_1(hosts, launch_argv(tmp_path / "logs", "--launcher", "mpi", "-s", "1", "-H", path,
+                                       "--", *train_imagenet("--kv-store", "dist_sync", *TRAIN,
+                                                             "--model-prefix", prefix)))
+    log = tmp_path / "logs" / "mpirun-0.log"
+    wait_for(job, log, "Epoch[0] Batch[3]")
+    job.send_signal(signal.SIGTERM)
+    output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    assert job.returncode == 143, output + log.read_text()
+    assert "places worker 0 on 10.231.7.1, worker 1 on 10.231.7.2" in output, output
+    stopped = [line for line in log.read_text().splitlines() if "stopped by SIGTERM" in line]
+    (epoch, batch), = [position for position in checkpoint.saved_positions(prefix) if position[1]]
+    assert len(stopped) == 1 and f"saved checkpoint {prefix}-0000+{batch:06d}" in stopped[0]
+    assert f"resume with: python {LAUNCH} -n 2 " in stopped[0] and "--launcher mpi" in stopped[0]
     assert_nothing_left(hosts, output)

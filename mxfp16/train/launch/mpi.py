@@ -58,8 +58,9 @@ HOROVOD_MPI_OPTIONS = ("-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "
 FIRST_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
 FIRST_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
-#: ``--tag-output``'s prefix of a rank's line: ``[JOB,RANK]<stderr>:``.
-TAGGED_LINE = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")
+#: ``--tag-output``'s prefix of what a rank wrote: ``[JOB,RANK]<stderr>:``, before each line and
+#: before each piece of a line written in several (an unbuffered Python's traceback line).
+OUTPUT_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>:")
 
 #: The OpenMPI package of Debian and Ubuntu, for the error when mpirun is missing.
 INSTALL_HINT = "apt-get install openmpi-bin libopenmpi-dev"
@@ -271,10 +272,31 @@ ModuleNotFoundError: No module named x
     name, address = ranks[rank]
     message = f"{name} on {address} (MPI rank {rank}) failed first, with exit code {code}: " \
               "stopping the job"
-    said = [match.group(2).strip() for match in map(TAGGED_LINE.match, text.splitlines())
-            if match and int(match.group(1)) == rank]
+    said = [line.strip() for line in rank_output(text, rank).splitlines()]
     line = next((line for line in said if ERROR_LINE.search(line)), None)
     return (message + (f"; its output: {line}" if line else "")), code
+
+
+def rank_output(text, rank):
+    """What rank ``rank`` wrote, from mpirun's ``--tag-output`` output ``text``: each tagged piece
+    runs to the next tag or the end of its line.
+
+    Examples
+    --------
+    >>> rank_output('[1,1]<stderr>:ValueError[1,0]<stdout>:up\\n[1,1]<stderr>:: [1,1]<stderr>:x'
+    ...             '[1,1]<stderr>:\\nmpirun noticed that process rank 1 ...', 1)
+    'ValueError: x\\n'
+    """
+    pieces = []
+    for tag in OUTPUT_TAG.finditer(text):
+        if int(tag.group(1)) != rank:
+            continue
+        following = OUTPUT_TAG.search(text, tag.end())
+        newline = text.find("\n", tag.end())
+        ends = [len(text)] + ([following.start()] if following else []) + \
+            ([newline + 1] if newline >= 0 else [])
+        pieces.append(text[tag.end():min(ends)])
+    return "".join(pieces)
 
 
 def mpirun_message(text, code):
@@ -288,7 +310,7 @@ def mpirun_message(text, code):
     'mpirun failed with exit code 1: mpirun was unable to launch the specified application as it'
     """
     said = [line.strip() for line in text.splitlines()
-            if line.strip() and not line.startswith("-") and not TAGGED_LINE.match(line)]
+            if line.strip() and not line.startswith("-") and not OUTPUT_TAG.match(line)]
     if not said:
         return None
     return f"mpirun failed with exit code {code}: {said[0]}", code
