@@ -103,7 +103,7 @@ class GraphRunner:
         self.rounded = {}  # rounding node -> the output whose stored gradient its backward gives
         if kind == "target" and part.emulated:  # every float16 value rounded, as on a GPU
             graph = round_float16_outputs(graph, part.plan)
-            self.rounded = rounding_points(graph, part.plan) if taps else {}
+            self.rounded = rounding_points(graph, part.plan)
             taps = False
         # the target's gradients as stored (rounded), the float32 run's before any rounding
         self.graph = add_gradient_taps(graph, part.plan, after_rounding=kind == "float32")[0] \
