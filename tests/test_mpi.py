@@ -23,7 +23,7 @@ from mxfp16.train.launch import plan as launch_plan
 from mxfp16.train.launch.hosts import Host
 from mxfp16.train.launch.launcher import launch
 from mxfp16.train.state import checkpoint
-from conftest import started_ahead
+from conftest import load_script_main, started_ahead
 from test_distributed import STUCK_OR_FAILING_WORKER, alive, job_logs, recorded_pids
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -243,6 +243,19 @@ def test_mpi_user_errors_are_one_line_before_anything_starts(tmp_path, monkeypat
         mpi.uses_mpirun("horovod", "nccl" if case == "controller" else "mpi")
         mpi.plan_mpi_job(["python", "train.py"], 2, 1, hosts, workdir="/shared/run")
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_mpirun_without_the_horovod_kvstore_is_one_error_line_on_every_rank(monkeypatch, capfd):
+    """``mpirun -np 2 python scripts/train_imagenet.py`` without ``--kv-store horovod`` would train
+    twice on all the data (as mpirun sets it, in this process)."""
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    for name in ("MXFP16_JOB_ID", "DMLC_ROLE"):
+        monkeypatch.delenv(name, raising=False)
+    assert load_script_main("train_imagenet")(["--kv-store", "device", *TINY]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert lines == ["error: mpirun started 2 processes but --kv-store is device: each would train "
+                     "alone on all the data; pass --kv-store horovod, or run a dist_sync job with "
+                     "scripts/launch.py --launcher mpi"]
 
 
 # --- jobs on this machine ---------------------------------------------------------------------

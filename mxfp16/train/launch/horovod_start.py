@@ -8,6 +8,7 @@ rank 0, as for ``dist_sync``.
 import os
 
 from ...distributed.horovod import Horovod
+from .plan import JOB_VARIABLE
 from .slurm_horovod import prepare_from_srun, srun_tasks
 
 #: Settings that may differ between ranks (each rank's own files); every other one must agree.
@@ -77,6 +78,10 @@ def check_not_under_horovodrun(kv_store, environ=None):
     Traceback (most recent call last):
     ...
     ValueError: srun started 2 tasks but --kv-store is device: ...
+    >>> check_not_under_horovodrun('device', {'OMPI_COMM_WORLD_SIZE': '4'})
+    Traceback (most recent call last):
+    ...
+    ValueError: mpirun started 4 processes but --kv-store is device: ...
     >>> check_not_under_horovodrun('device', {})
     """
     environ = os.environ if environ is None else environ
@@ -89,3 +94,27 @@ def check_not_under_horovodrun(kv_store, environ=None):
         raise ValueError(f"srun started {tasks} tasks but --kv-store is {kv_store}: each would "
                          "train alone on all the data; pass --kv-store horovod, or run a dist_sync "
                          "job with scripts/launch.py --launcher slurm")
+    processes = mpirun_processes(environ)  # after srun's: srun --mpi sets MPI's variables too
+    if kv_store != "horovod" and processes > 1:
+        raise ValueError(f"mpirun started {processes} processes but --kv-store is {kv_store}: "
+                         "each would train alone on all the data; pass --kv-store horovod, or run "
+                         "a dist_sync job with scripts/launch.py --launcher mpi")
+
+
+def mpirun_processes(environ=None):
+    """The processes of the MPI job this process is one of when ``mpirun`` started it directly
+    (OpenMPI's ``OMPI_COMM_WORLD_SIZE``, MPICH's ``PMI_SIZE``), else 1: not for a kvstore job's
+    process (``DMLC_ROLE``: ``--launcher mpi``, MXNet's own tools/launch.py) nor through mxfp16's
+    launcher.
+
+    Examples
+    --------
+    >>> mpirun_processes({'OMPI_COMM_WORLD_SIZE': '4'}), mpirun_processes({'PMI_SIZE': '2'})
+    (4, 2)
+    >>> mpirun_processes({'OMPI_COMM_WORLD_SIZE': '4', 'DMLC_ROLE': 'worker'})
+    1
+    """
+    environ = os.environ if environ is None else environ
+    if JOB_VARIABLE in environ or "DMLC_ROLE" in environ:
+        return 1
+    return int(environ.get("OMPI_COMM_WORLD_SIZE") or environ.get("PMI_SIZE") or 1)
