@@ -10,6 +10,8 @@ from mxnet import autograd, gluon, npx
 from mxnet.gluon import nn
 
 import mxfp16
+from mxfp16.casting.keep import Keep
+from mxfp16.diagnose.session import Session
 
 nlp = pytest.importorskip("gluonnlp")
 
@@ -152,6 +154,44 @@ def test_a_symbol_block_is_fixed_by_op_names():
     report = mxfp16.find_overflow(mxfp16.cast_block(net, "float16"), x, label=mx.nd.zeros(1))
     assert [(c.path, c.op, c.max_abs) for c in report.culprits] == [("", "fc2", 1080300.0)]
     assert report.keep_float32 == ["fc2"] and report.fixed  # cast_block takes op names here
+
+
+def mlp_symbol_block(weight=300.0):
+    """A SymbolBlock fc1 -> relu -> fc2, every weight and bias ``weight``."""
+    data = mx.sym.var("data")
+    fc1 = mx.sym.FullyConnected(data, num_hidden=4, name="fc1")
+    net = gluon.SymbolBlock(mx.sym.FullyConnected(mx.sym.relu(fc1, name="relu"), num_hidden=2,
+                                                  name="fc2"), [data])
+    net.initialize(mx.init.Constant(weight))
+    return net
+
+
+def test_each_round_of_the_fix_casts_the_graph_with_its_own_keep():
+    """A round's Keep freed at the end of the round gives its id() to the next round's: the cast
+    graphs must not be found by it (they were, so which round reran which graph depended on the
+    allocator, and PYTHONHASHSEED changed the SymbolBlock's fix from all three ops to none)."""
+    net, x = mlp_symbol_block(), mx.nd.ones((1, 2))
+    net(x)
+    session, freed, spares = Session(net, "float16"), None, []
+    for names in (("fc1",), ("fc1", "relu"), ("fc2",)):
+        keep = Keep(lambda name, op=None, chosen=names: name in chosen)
+        while freed is not None and id(keep) != freed and len(spares) < 100:
+            spares.append(keep)  # until CPython gives a Keep the freed one's address
+            keep = Keep(lambda name, op=None, chosen=names: name in chosen)
+        with session.with_keep(keep):
+            plan = session.part("", [x]).plan
+        assert tuple(op for op in ("fc1", "relu", "fc2")
+                     if plan[op + "_output"] == "float32") == names
+        freed = id(keep)
+        del keep
+
+
+def test_a_symbol_block_overflowing_at_its_first_layer_keeps_all_three_ops():
+    net, x = mlp_symbol_block(), mx.nd.full((1, 2), 300)
+    net(x)  # 2 * 300 * 300 + 300 = 180300 at fc1, which relu and fc2 then read in float16
+    report = mxfp16.find_overflow(net, x, label=mx.nd.zeros(1))
+    assert [(c.op, c.max_abs) for c in report.culprits] == [("fc1", 180300.0)]
+    assert report.keep_float32 == ["fc1", "relu", "fc2"] and report.fixed
 
 
 def test_bfloat16_finds_nothing(attention_report):

@@ -107,7 +107,9 @@ class Session:
             self._parts[base] = part
         if self.keep is None:
             return self._parts[base]
-        kept = base[:2] + (id(self.keep),)
+        # the Keep itself, not its id(): held by the key, it cannot be freed and its id given to
+        # the next round's Keep, which would then find this round's graph
+        kept = base[:2] + (self.keep,)
         if kept not in self._parts:
             self._parts[kept] = recast_part(self._parts[base], self.dtype, self.keep)
         return self._parts[kept]
