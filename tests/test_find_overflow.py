@@ -104,6 +104,8 @@ def test_the_issues_attention_fails_in_float16_and_trains_with_the_fix():
     assert np.isnan(failed) and skipped == 3  # NaN from the first step, every step skipped
     report = mxfp16.find_overflow(attention_net(), x, label=y, loss_fn=gluon.loss.L2Loss())
     assert report.keep_float32 == ["att"] and report.fixed
+    # with att kept, the head's weight gradient overflows at loss scale 1: the scale's to lower
+    assert [c.tensor for c in report.backward_after_fix] == ["net_dense0_weight"]
     (fixed, skipped), (float32, _) = train(report.keep_float32), train(dtype="float32")
     assert skipped <= 1  # the measured start's first step
     assert fixed == pytest.approx(float32, rel=0.05)  # 0.763 against 0.750, measured
@@ -124,6 +126,40 @@ def test_a_convolution_fed_unnormalized_pixels_before_its_batchnorm():
     assert np.isfinite(report.losses[1])
     # the convolution in float32 alone still hands 68850 to its BatchNorm, which reads float16
     assert report.keep_float32 == ["0", "1"] and report.fixed
+
+
+def conv_bn_symbol_block():
+    data = mx.sym.var("data")
+    conv = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), name="loud_conv")
+    relu = mx.sym.Activation(mx.sym.BatchNorm(conv, name="bn"), act_type="relu", name="relu")
+    net = gluon.SymbolBlock(mx.sym.FullyConnected(relu, num_hidden=2, name="fc"), [data])
+    net.initialize(mx.init.Constant(10))
+    return net
+
+
+def test_a_symbol_blocks_convolution_is_fixed_with_its_batchnorm_as_training_needs():
+    """Kept alone, the convolution's float32 output (68860) is cast to float16 for its BatchNorm:
+    inf, whose NaN the ReLU turns into 0 and the BatchNorm's backward hands to the convolution's
+    float32 parameter gradients, which no gradient tap before them sees (this was reported as a
+    backward culprit there, and ['loud_conv'] as a checked fix)."""
+    pixels, label = mx.nd.full((2, 3, 6, 6), 255), mx.nd.array([0, 1])
+
+    def step(keep_float32):
+        net = conv_bn_symbol_block()
+        net(pixels)
+        cast = mxfp16.cast_block(net, "float16", keep_float32=keep_float32)
+        with autograd.record():
+            loss = gluon.loss.SoftmaxCrossEntropyLoss()(cast(pixels), label)
+        loss.backward()
+        return all(np.isfinite(p.grad().asnumpy()).all() for p in cast.collect_params().values()
+                   if p.grad_req != "null")
+    net = conv_bn_symbol_block()
+    net(pixels)
+    report = mxfp16.find_overflow(net, pixels, label=label)
+    assert [(c.op, c.phase, c.max_abs) for c in report.culprits] == \
+        [("loud_conv", "forward", 68860.0)]  # 27 * 255 * 10, and the bias 10
+    assert report.keep_float32 == ["loud_conv", "bn"] and report.fixed
+    assert step(report.keep_float32) and not step(["loud_conv"])
 
 
 def test_a_loss_weighted_1e6_overflows_the_backward_pass():

@@ -9,7 +9,8 @@ loss is finite and no tapped gradient downstream of it overflows.  A start is a 
 
 - forward: when the values that overflow because of it reach an output of the network, or the
   backward pass of an op reading them starts a gradient overflow (a BatchNorm whose input is inf
-  computes NaN statistics: a ReLU after it gives 0, the forward looks fine, its backward is NaN);
+  computes NaN statistics: a ReLU after it gives 0, the forward looks fine, its backward is NaN,
+  which may show first at the gradients of a kept op whose float32 output the BatchNorm read);
   the others are *contained*, inf by design (GluonNLP fills masked attention scores with -1e18,
   which a softmax turns into 0);
 - backward: when the ops whose backward computes that gradient read no value that overflowed
@@ -199,13 +200,23 @@ def _overflowing_gradients(reading, graphs):
     return sorted(found.values(), key=lambda item: (-item[1], item[4]))
 
 
-def _forward_starts_read(graph, node_id, forward):
+def _forward_starts_read(graph, node_id, forward, observed):
     """The forward starts (numbers; -1 for an input given inf or NaN) whose overflow reaches a
-    value the ops reading ``node_id`` compute: their backward computes its gradient."""
-    readers = graph.readers(node_id)
+    node whose backward computes the gradient of ``node_id``: the nodes reading its value and,
+    past inserted nodes and ops whose output's gradient the run does not read (``observed``: the
+    nodes whose gradient it does), the nodes reading theirs.  A kept op's float32 output is not
+    read: the NaN that a float16 BatchNorm's backward computes from the kept convolution's output
+    (inf once cast to float16) first shows in the convolution's parameter gradients."""
+    nodes, todo = set(), list(graph.consumers[node_id])
+    while todo:
+        other = todo.pop()
+        if other not in nodes:
+            nodes.add(other)
+            if graph.inserted(other) or other not in observed:
+                todo.extend(graph.consumers[other])
     found = set()
     for (runner_id, _, other, _), starts in forward.taint.items():
-        if runner_id == id(graph.runner) and other in readers:
+        if runner_id == id(graph.runner) and other in nodes:
             found |= starts
     return found
 
@@ -216,15 +227,17 @@ def backward_pass(reading, index, forward):
     graphs = _graphs(reading)
     loss_bad = reading.loss is not None and not math.isfinite(reading.loss)
     found = _overflowing_gradients(reading, graphs)
-    bad = {}
+    bad, observed = {}, {}
     for runner, node_id, _, _, is_param in found:
         if not is_param:
             bad[id(runner)] = bad.get(id(runner), 0) | (1 << node_id)
+    for runner, name, _ in reading.backward:
+        observed.setdefault(id(runner), set()).add(graphs[id(runner)].node_of[name])
     culprits, blamed, propagated = [], set(), 0
     for runner, node_id, tensor, values, is_param in found:
         graph = graphs[id(runner)]
         below = graph.reach[node_id] & ~(0 if is_param else 1 << node_id)
-        read = _forward_starts_read(graph, node_id, forward)
+        read = _forward_starts_read(graph, node_id, forward, observed.get(id(runner), ()))
         if loss_bad or below & bad.get(id(runner), 0) or read:
             blamed |= read
             propagated += 1

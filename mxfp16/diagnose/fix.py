@@ -9,11 +9,17 @@ and an overflow that still starts inside a kept block widens it to the block aro
 that block holds the ops reading the value (the feed-forward block of a layer whose output feeds
 its activation), or else adds their blocks (a convolution's BatchNorm, both children of the
 network); an overflow in a block not kept adds that block; until the forward pass has no culprit
-or :data:`MAX_ROUNDS` runs have not found one.  A graph without blocks (a ``SymbolBlock``: a
-Module's graph, a checkpoint) is fixed by op names instead, as ``cast_block`` selects its ops:
-the op, then the ops reading its value.
+or :data:`MAX_ROUNDS` runs have not found one.  Each run is the training step ``cast_block(...,
+keep_float32=...)`` gives (the forward, the loss and the backward at the loss scale, the ops
+selected as it selects them), and the fix is checked when that step's loss and parameter
+gradients are finite too, but where a backward culprit says its gradients overflow at the loss
+scale (which the first run's forward overflow hid; the scale's to lower, not a block's).  A
+graph without blocks (a ``SymbolBlock``: a Module's graph, a checkpoint) is fixed by op names
+instead, as ``cast_block`` selects its ops: the op, then the ops reading its value.
 """
-from ..casting.keep import Keep, block_keep
+import math
+
+from ..casting.keep import block_keep, graph_keep
 from .culprits import find_culprits
 from .reading import Reader
 
@@ -82,22 +88,34 @@ def _named(names, starts):
     return names
 
 
-def _keep(session, selectors, by_name):
-    """The ``Keep`` of ``selectors``: block paths, or op names with the ops the cast network
-    kept already."""
+def _keep(session, selectors, by_name, call):
+    """The ``Keep`` of ``selectors`` as ``cast_block(..., keep_float32=selectors)`` resolves them:
+    block paths, or for a graph without blocks globs of op names (and of the Gluon names they
+    start with) on its graph, with the ops the cast network kept already."""
     if not by_name:
         return block_keep(session.index, selectors)[0]
-    chosen = frozenset(selectors)
-    keep = Keep(lambda name, op=None: name in chosen)
+    keep = graph_keep(session.part("", call).float32, selectors)
     existing = getattr(session.net, "_keep", None)
     return keep if existing is None else existing | keep
 
 
+def _finite_step(reading, backward):
+    """Whether a target run's step is what a fix may leave: a finite loss, and finite parameter
+    gradients unless a backward culprit (``backward``, a gradient beyond float16 at the loss
+    scale, the scale's to lower) accounts for them: whatever the analysis of culprits says, a
+    step that NaN reaches otherwise is not fixed."""
+    return (reading.loss is None or math.isfinite(reading.loss)) and (bool(backward) or all(
+        math.isfinite(values[0]) for values in reading.parameters.values()))
+
+
 def find_fix(session, batch, findings):
-    """``(selectors, fixed)``: the block paths to keep in float32 (those a cast network keeps
-    already included, ready for ``cast_block(..., keep_float32=paths)``), or the op names for a
-    graph without blocks (a ``SymbolBlock``, selected by op names), and whether the batch then
-    runs without a forward culprit (None when there was none to fix).
+    """``(selectors, fixed, backward)``: the block paths to keep in float32 (those a cast network
+    keeps already included, ready for ``cast_block(..., keep_float32=paths)``), or the op names
+    for a graph without blocks (a ``SymbolBlock``, selected by op names); whether the batch's
+    training step, cast as ``cast_block`` casts it with them kept, then has no forward culprit
+    and a finite loss and parameter gradients but for a backward culprit (None when there was
+    none to fix); and the backward culprits ``(Culprit, place)`` of that step (gradients beyond
+    float16 at the loss scale, which the first run's forward overflow hid).
 
     Parameters
     ----------
@@ -111,21 +129,23 @@ def find_fix(session, batch, findings):
     """
     forward = [(c, place) for c, place in findings.culprits if c.phase == "forward"]
     if not forward:
-        return [], None
+        return [], None, []
     by_name = not session.index.paths
     paths = [] if by_name else kept_paths(session.net)
     for _ in range(MAX_ROUNDS):
         widened = (_named if by_name else _widened)(paths, forward)
         if widened is None or widened == paths:
             return ([] if by_name else
-                    [p for p in dict.fromkeys(c.path for c, _ in forward) if p]), False
+                    [p for p in dict.fromkeys(c.path for c, _ in forward) if p]), False, []
         paths = widened
-        with session.with_keep(_keep(session, paths, by_name)):
+        with session.with_keep(_keep(session, paths, by_name, list(batch["inputs"]))):
             reader = Reader(target=True)
             _, loss = session.run("target", batch["inputs"], reader, batch["label"],
                                   batch["loss_fn"], batch["loss_scale"])
-            findings = find_culprits(reader.read(loss), session.index)
-        forward = [(c, place) for c, place in findings.culprits if c.phase == "forward"]
+            reading = reader.read(loss)
+            culprits = find_culprits(reading, session.index).culprits
+        forward = [(c, place) for c, place in culprits if c.phase == "forward"]
         if not forward:
-            return paths, True
-    return paths, False
+            backward = [(c, place) for c, place in culprits if c.phase == "backward"]
+            return paths, _finite_step(reading, backward), backward
+    return paths, False, []

@@ -54,9 +54,16 @@ class OverflowReport:
         ``cast_block(net, dtype, keep_float32=report.keep_float32)``, ``--keep-float32
         ','.join(report.keep_float32)``.
     fixed : bool or None
-        Whether the batch runs without a forward culprit with ``keep_float32`` kept (None
-        without forward culprits; False when no block fixes them: the network's own op, an
-        input, or more rounds than :data:`mxfp16.diagnose.fix.MAX_ROUNDS`).
+        Whether the batch's training step (forward, loss, backward at the loss scale) with
+        ``keep_float32`` kept, cast as ``cast_block(..., keep_float32=...)`` casts it, has no
+        forward culprit, a finite loss and finite parameter gradients, but for those a backward
+        culprit accounts for (see ``backward_after_fix``; None without forward culprits;
+        False when no block fixes them: the network's own op, an input, or more rounds than
+        :data:`mxfp16.diagnose.fix.MAX_ROUNDS`).
+    backward_after_fix : list of Culprit
+        The backward culprits of that step (their ``max_abs`` not read): gradients beyond
+        float16 at this loss scale, which the forward overflow hid; the loss scale's to lower
+        (dynamic loss scaling does), not a block's.
     underflow : list of Underflow
         For each output the cast keeps in float16 (and each float16 parameter), the share of
         its float32 gradient values, at the loss scale, that float16 flushes to zero.
@@ -86,6 +93,7 @@ class OverflowReport:
         self.random_ops = list(random)
         self.contained = list(contained)
         self.fixed = None
+        self.backward_after_fix = []
 
     def __bool__(self):
         return bool(self.culprits)
@@ -124,8 +132,13 @@ class OverflowReport:
             lines.append(f"  propagated: {self.propagated['forward']} forward, "
                          f"{self.propagated['backward']} backward")
         if self.keep_float32:
-            checked = "checked: the forward then has no culprit" if self.fixed else \
-                "not enough: the forward still overflows with these kept"
+            step = "forward pass" if self.losses[0] is None else "training step"
+            later = list(dict.fromkeys(c.tensor for c in self.backward_after_fix))
+            checked = (f"checked: the batch's {step} then has no forward culprit" + (
+                f"; its gradients then overflow at loss scale {self.loss_scale:g} at "
+                f"{', '.join(later[:3])}: lower the scale (dynamic loss scaling does)"
+                if later else "") if self.fixed else
+                f"not enough: the batch's {step} still overflows with these kept")
             lines.append(f"fix: cast_block(net, {self.dtype!r}, {self.fix()})   "
                          f"(scripts: --keep-float32 {','.join(self.keep_float32)}; {checked})")
         elif self.fixed is False:
@@ -233,8 +246,8 @@ def find_overflow(net, *inputs, label=None, loss_fn=None, dtype="float16", loss_
     random = [name for _, runner in ref_run.runners for name in random_ops(runner.graph)]
     underflow = underflow_rows(reference, session.index) if dtype == "float16" else []
     batch = {"inputs": inputs, "label": label, "loss_fn": loss_fn, "loss_scale": loss_scale}
-    paths, fixed = find_fix(session, batch, findings)
+    paths, fixed, after = find_fix(session, batch, findings)
     report = OverflowReport(culprits, paths, underflow, findings.propagated, dtype,
                             float(loss_scale), (reference.loss, target.loss), random, contained)
-    report.fixed = fixed
+    report.fixed, report.backward_after_fix = fixed, [culprit for culprit, _ in after]
     return report
