@@ -151,7 +151,7 @@ def _keepable(report):
     """The forward culprits an op kept in float32 fixes: finite in float32 (not a network that
     diverged) and an op, not a value the network is given (an input or a parameter)."""
     return [item for item in report.culprits if item.phase == "forward" and _finite(item)
-            and getattr(item, "op_type", None) != "parameter"]
+            and getattr(item, "op_type", None) not in ("parameter", "input")]
 
 
 def keep_selectors(report, network):
@@ -181,7 +181,7 @@ def _value_fixes(culprits):
                      "(the weights or the data diverged): lower the learning rate, check the data "
                      "for inf/NaN")
     values = [item.op for item in culprits if item.phase == "forward" and _finite(item)
-              and getattr(item, "op_type", None) == "parameter"]
+              and getattr(item, "op_type", None) in ("parameter", "input")]
     if values:
         lines.append(f"Fix: {', '.join(values[:3])} exceed 65504, float16's largest value, "
                      "before any op: normalize the inputs (or scale them down) before the network")

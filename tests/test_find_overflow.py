@@ -230,6 +230,23 @@ def test_a_symbol_block_overflowing_at_its_first_layer_keeps_all_three_ops():
     assert report.keep_float32 == ["fc1", "relu", "fc2"] and report.fixed
 
 
+def test_an_input_or_a_parameter_beyond_65504_gives_float32s_magnitude():
+    net = nn.HybridSequential(prefix="in_")
+    with net.name_scope():
+        net.add(nn.Dense(4, in_units=2), nn.Dense(2, in_units=4))
+    net.initialize(mx.init.Constant(0.01))
+    x = mx.nd.array([[1e5, -2e5]])
+    net(x)
+    report = mxfp16.find_overflow(net, x, label=mx.nd.zeros(1))  # was a KeyError
+    assert [(c.path, c.op, c.op_type, c.max_abs) for c in report.culprits] == \
+        [("", "input0", "input", 2e5)]
+    assert report.keep_float32 == [] and report.fixed is False
+    net[0].weight.set_data(mx.nd.full((4, 2), -7e4))
+    report = mxfp16.find_overflow(net, mx.nd.ones((1, 2)))
+    assert [(c.op, c.op_type, c.max_abs) for c in report.culprits] == \
+        [("in_dense0_weight", "parameter", 7e4)]
+
+
 def test_bfloat16_finds_nothing(attention_report):
     net, x, _ = attention_report
     report = mxfp16.find_overflow(net, x, label=mx.nd.zeros((4, 16, 1)),

@@ -32,7 +32,8 @@ __all__ = ["Culprit", "Findings", "Underflow", "find_culprits", "underflow_rows"
 #: Where an overflow starts: the owning block's path, the op (node) name, ``'forward'`` or
 #: ``'backward'``, float32's largest magnitude there (the same output, or gradient at the same
 #: loss scale), the tensor (the op's output, or a parameter), what the target run holds there (inf,
-#: or NaN) and the op's type (``'parameter'`` for a float16 parameter beyond 65504).
+#: or NaN) and the op's type (``'parameter'`` for a float16 parameter beyond 65504, ``'input'``
+#: for a data input beyond it, which the cast rounds to float16 before the first op).
 Culprit = namedtuple("Culprit", ["path", "op", "phase", "max_abs", "tensor", "value", "op_type"])
 
 #: The gradient values of one output (or float16 parameter) that float16 flushes to zero: its
@@ -139,10 +140,12 @@ def _start(graph, index, runner, call, node_id, out, values):
     source = graph.source(node_id)
     op = graph.view.nodes[source]
     tensor = graph.view.outputs.get((source, out if source == node_id else 0), op["name"])
+    kind = op["op"] if op["op"] != "null" else \
+        "input" if op["name"] in runner.part.data_names else "parameter"
     culprit = Culprit("" if op["op"] == "null" else index.owner(op["name"]), op["name"],
-                      "forward", math.nan, tensor, _magnitude(values),
-                      "parameter" if op["op"] == "null" else op["op"])
-    place = ("parameter", runner.label, None, tensor) if op["op"] == "null" else \
+                      "forward", math.nan, tensor, _magnitude(values), kind)
+    place = ("parameter", runner.label, None, tensor) if kind == "parameter" else \
+        ("input", runner.label, call, tensor) if kind == "input" else \
         ("forward", runner.label, call, tensor, _reader_paths(graph, index, source))
     return culprit, place
 
@@ -268,7 +271,7 @@ def find_culprits(target, index):
 
 
 def _where(place):
-    return (place[0], place[1], place[3]) if place[0] != "forward" else place[:4]
+    return place[:4] if place[0] in ("forward", "input") else (place[0], place[1], place[3])
 
 
 def wanted(findings):
@@ -288,6 +291,8 @@ def with_magnitudes(findings, reference, runners):
                 found[_where(place)] = float(value)
     for runner, key, values in reference.forward:
         found[("forward", runner.label, key[0], runner.view.outputs[key[1:]])] = values[0]
+    for (runner, (call, name)), values in reference.inputs.items():
+        found[("input", runner.label, call, name)] = values[0]
     for runner, name, values in reference.backward:
         place = ("backward", runner.label, name)
         found[place] = max(found.get(place, values[0]), values[0])

@@ -77,7 +77,8 @@ class Reading:
     parameters : dict
         ``{(runner, name): values}`` of the parameter copies' gradients, as ``backward``.
     inputs : dict
-        ``{(runner, (call, name)): [sum]}`` of the target run's data inputs.
+        ``{(runner, (call, name)): values}`` of the data inputs: the target run's every one
+        (``[sum]``), the float32 run's asked for (``[max |x|]``).
     loss : float or None
         The loss's largest magnitude (None without a loss).
     """
@@ -96,7 +97,8 @@ class Reader:
         The target run (finiteness of everything), or the float32 run.
     wanted : set
         The float32 run's places whose largest magnitude is read: ``('forward', label, call,
-        output)`` and ``('backward', label, output or parameter)``.
+        output)``, ``('input', label, call, data name)`` and ``('backward', label, output or
+        parameter)``.
     counts : bool
         The float32 run counts every gradient's zeros, flushed and kept values.
     """
@@ -136,11 +138,13 @@ class Reader:
                 self._pending.append(("parameter", runner, name, values))
 
     def inputs(self, runner, arrays):
-        if self.target:
-            for name, array in arrays.items():
-                if is_float(array) and 0 not in array.shape:
-                    self._pending.append(("input", runner, (runner.calls, name),
-                                          _finite_sum(array)))
+        for name, array in arrays.items():
+            if not is_float(array) or 0 in array.shape:
+                continue
+            if self.target:
+                self._pending.append(("input", runner, (runner.calls, name), _finite_sum(array)))
+            elif ("input", runner.label, runner.calls, name) in self.wanted:
+                self._pending.append(("input", runner, (runner.calls, name), _max_abs(array)))
 
     def read(self, loss=None):
         """The :class:`Reading`: one copy of every value to the host."""
