@@ -348,9 +348,11 @@ def test_bert_with_an_overflowing_feed_forward_layer():
     ffn_1.weight.set_data(ffn_1.weight.data() * 1e6)
     report = mxfp16.find_overflow(bert, tokens, types, mx.nd.array([8, 5, 3, 8]),
                                   label=mx.nd.array([0, 1, 2, 1]))
+    # the op carries the layer's Gluon prefix, whose counter (bertencoder<n>) depends on the blocks
+    # the session made before: 'bertencoder0_transformer1_positionwiseffn0_ffn_1_fwd' alone
+    assert ffn_1.prefix.endswith("_transformer1_positionwiseffn0_ffn_1_")
     assert [(c.path, c.op, c.phase) for c in report.culprits] == [
-        ("bert.encoder.transformer_cells.1.ffn.ffn_1",
-         "bertencoder0_transformer1_positionwiseffn0_ffn_1_fwd", "forward")]
+        ("bert.encoder.transformer_cells.1.ffn.ffn_1", ffn_1.prefix + "fwd", "forward")]
     # ffn_1 in float32 still hands 2.5e5 to its float16 activation: the whole feed-forward block
     assert report.keep_float32 == ["bert.encoder.transformer_cells.1.ffn"] and report.fixed
 
