@@ -80,6 +80,14 @@ def test_unscaled_attention_scores_are_the_forward_culprit(attention_report):
     assert culprit.max_abs > 65504 and not np.isfinite(culprit.value)
     assert report.keep_float32 == ["att"] and report.fixed is True
     assert "net_selfattention0_batch_dot0" in str(report) and "keep_float32=['att']" in str(report)
+    # float16's value and float32's magnitude in their own columns, each under its own name
+    header, row = str(report).splitlines()[1:3]
+    assert header.split()[-4:] == ["float16", "float32", "max", "|x|"]
+    assert row.split()[-2:] == ["inf/nan", f"{culprit.max_abs:.3g}"]  # both signs of inf
+    # the gradients float16 keeps once att is kept: float32's softmax, saturated by the unscaled
+    # scores, flushes att's (100% of its weights' gradients, float32 there with the fix)
+    assert {row.path for row in report.underflow} == {"drop", "head"}
+    assert "\nunderflow with the fix kept: 0 of " in str(report)
 
 
 @pytest.mark.slow
@@ -241,6 +249,7 @@ def test_an_input_or_a_parameter_beyond_65504_gives_float32s_magnitude():
     assert [(c.path, c.op, c.op_type, c.max_abs) for c in report.culprits] == \
         [("", "input0", "input", 2e5)]
     assert report.keep_float32 == [] and report.fixed is False
+    assert "\nunderflow: not measured: the forward pass overflows float16 and no fix" in str(report)
     net[0].weight.set_data(mx.nd.full((4, 2), -7e4))
     report = mxfp16.find_overflow(net, mx.nd.ones((1, 2)))
     assert [(c.op, c.op_type, c.max_abs) for c in report.culprits] == \

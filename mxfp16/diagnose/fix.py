@@ -18,12 +18,18 @@ graph without blocks (a ``SymbolBlock``: a Module's graph, a checkpoint) is fixe
 instead, as ``cast_block`` selects its ops: the op, then the ops reading its value.
 """
 import math
+from collections import namedtuple
 
 from ..casting.keep import block_keep, graph_keep
 from .culprits import find_culprits
 from .reading import Reader
 
-__all__ = ["MAX_ROUNDS", "find_fix"]
+__all__ = ["MAX_ROUNDS", "Fix", "find_fix"]
+
+#: What :func:`find_fix` found: the selectors to keep, whether they fix the batch (None: nothing to
+#: fix), the backward culprits ``(Culprit, place)`` of the step with them kept, and their ``Keep``
+#: (None unless ``fixed``).
+Fix = namedtuple("Fix", ["selectors", "fixed", "backward", "keep"])
 
 #: Runs of the batch that look for a fix before giving up.
 MAX_ROUNDS = 4
@@ -109,13 +115,13 @@ def _finite_step(reading, backward):
 
 
 def find_fix(session, batch, findings):
-    """``(selectors, fixed, backward)``: the block paths to keep in float32 (those a cast network
-    keeps already included, ready for ``cast_block(..., keep_float32=paths)``), or the op names
-    for a graph without blocks (a ``SymbolBlock``, selected by op names); whether the batch's
-    training step, cast as ``cast_block`` casts it with them kept, then has no forward culprit
-    and a finite loss and parameter gradients but for a backward culprit (None when there was
-    none to fix); and the backward culprits ``(Culprit, place)`` of that step (gradients beyond
-    float16 at the loss scale, which the first run's forward overflow hid).
+    """The :class:`Fix` of a batch's forward culprits: the block paths to keep in float32 (those
+    a cast network keeps already included, ready for ``cast_block(..., keep_float32=paths)``), or
+    the op names for a graph without blocks (a ``SymbolBlock``, selected by op names); whether
+    the batch's training step, cast as ``cast_block`` casts it with them kept, then has no forward
+    culprit and a finite loss and parameter gradients but for a backward culprit; and the
+    backward culprits of that step (gradients beyond float16 at the loss scale, which the first
+    run's forward overflow hid).
 
     Parameters
     ----------
@@ -129,16 +135,16 @@ def find_fix(session, batch, findings):
     """
     forward = [(c, place) for c, place in findings.culprits if c.phase == "forward"]
     if not forward:
-        return [], None, []
+        return Fix([], None, [], None)
     by_name = not session.index.paths
     paths = [] if by_name else kept_paths(session.net)
     for _ in range(MAX_ROUNDS):
         widened = (_named if by_name else _widened)(paths, forward)
         if widened is None or widened == paths:
-            return ([] if by_name else
-                    [p for p in dict.fromkeys(c.path for c, _ in forward) if p]), False, []
-        paths = widened
-        with session.with_keep(_keep(session, paths, by_name, list(batch["inputs"]))):
+            return Fix([] if by_name else
+                       [p for p in dict.fromkeys(c.path for c, _ in forward) if p], False, [], None)
+        paths, keep = widened, _keep(session, widened, by_name, list(batch["inputs"]))
+        with session.with_keep(keep):
             reader = Reader(target=True)
             _, loss = session.run("target", batch["inputs"], reader, batch["label"],
                                   batch["loss_fn"], batch["loss_scale"])
@@ -147,5 +153,6 @@ def find_fix(session, batch, findings):
         forward = [(c, place) for c, place in culprits if c.phase == "forward"]
         if not forward:
             backward = [(c, place) for c, place in culprits if c.phase == "backward"]
-            return paths, _finite_step(reading, backward), backward
-    return paths, False, []
+            fixed = _finite_step(reading, backward)
+            return Fix(paths, fixed, backward, keep if fixed else None)
+    return Fix(paths, False, [], None)

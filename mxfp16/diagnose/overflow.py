@@ -38,6 +38,11 @@ def _magnitude(value):
     return "nan" if math.isnan(value) else "inf" if math.isinf(value) else f"{value:.3g}"
 
 
+def _held(value):
+    """What the target dtype holds at a culprit: inf, or (a NaN sum) NaN or both signs of inf."""
+    return "inf" if math.isinf(value) else "inf/nan"
+
+
 class OverflowReport:
     """What :func:`find_overflow` found.
 
@@ -66,7 +71,9 @@ class OverflowReport:
         (dynamic loss scaling does), not a block's.
     underflow : list of Underflow
         For each output the cast keeps in float16 (and each float16 parameter), the share of
-        its float32 gradient values, at the loss scale, that float16 flushes to zero.
+        its float32 gradient values, at the loss scale, that float16 flushes to zero; when the
+        forward pass overflows, those the fix leaves in float16 (``fixed``), or none (not
+        measured: without a fix float16's gradients are inf/NaN).
     propagated : dict
         ``{'forward': n, 'backward': m}``: outputs that overflow only because an input did.
     contained : list of Culprit
@@ -123,10 +130,10 @@ class OverflowReport:
                 f"{' (' + ', '.join(self.phases) + ')' if self.culprits else ''}")
         lines = [head]
         if self.culprits:
-            rows = [("phase", "block", "op", "tensor", "float32 max")] + [
-                (c.phase, c.path or "(network)", c.op, c.tensor, _magnitude(c.max_abs))
-                for c in self.culprits]
-            widths = [max(len(row[i]) for row in rows) for i in range(5)]
+            rows = [("phase", "block", "op", "tensor", self.dtype, "float32 max |x|")] + [
+                (c.phase, c.path or "(network)", c.op, c.tensor, _held(c.value),
+                 _magnitude(c.max_abs)) for c in self.culprits]
+            widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
             lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths))
                       .rstrip() for row in rows]
             lines.append(f"  propagated: {self.propagated['forward']} forward, "
@@ -148,9 +155,13 @@ class OverflowReport:
         lost = self.underflowing()
         if self.losses[0] is None:
             lines.append("backward: not run (no loss: pass label= and/or loss_fn=)")
+        elif self.dtype == "float16" and self.fixed is False:
+            lines.append("underflow: not measured: the forward pass overflows float16 and no fix "
+                         "was found, so the gradients float16 would store are inf/NaN")
         elif self.dtype == "float16":
-            lines.append(f"underflow: {len(lost)} of {len(self.underflow)} float16 gradients lose "
-                         "more than 1% of their values to zero" + (": " + ", ".join(
+            lines.append(f"underflow{' with the fix kept' if self.fixed else ''}: {len(lost)} of "
+                         f"{len(self.underflow)} float16 gradients lose more than 1% of their "
+                         "values to zero" + (": " + ", ".join(
                              f"{row.tensor} {row.fraction:.1%}" for row in lost[:4]) if lost else ""))
         if self.contained:
             lines.append(f"contained: {len(self.contained)} overflow(s) reach no output (inf by "
@@ -246,8 +257,12 @@ def find_overflow(net, *inputs, label=None, loss_fn=None, dtype="float16", loss_
     random = [name for _, runner in ref_run.runners for name in random_ops(runner.graph)]
     underflow = underflow_rows(reference, session.index) if dtype == "float16" else []
     batch = {"inputs": inputs, "label": label, "loss_fn": loss_fn, "loss_scale": loss_scale}
-    paths, fixed, after = find_fix(session, batch, findings)
-    report = OverflowReport(culprits, paths, underflow, findings.propagated, dtype,
+    fix = find_fix(session, batch, findings)
+    if fix.fixed is False:  # float16 overflows with or without what it kept: its gradients are NaN
+        underflow = []
+    elif fix.keep is not None:  # the gradients the fix leaves in float16
+        underflow = [row for row in underflow if not fix.keep(row.op)]
+    report = OverflowReport(culprits, fix.selectors, underflow, findings.propagated, dtype,
                             float(loss_scale), (reference.loss, target.loss), random, contained)
-    report.fixed, report.backward_after_fix = fixed, [culprit for culprit, _ in after]
+    report.fixed, report.backward_after_fix = fix.fixed, [culprit for culprit, _ in fix.backward]
     return report
