@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SCRIPTS_DIR, horovod_missing, load_script_main
+from conftest import SCRIPTS_DIR, horovod_missing, load_script_main, started_ahead
 from mxfp16.train.launch.horovod_start import check_same_flags
 from mxfp16.train.launch.hosts import Host
 from mxfp16.train.launch.plan import LaunchError, horovodrun_argv
@@ -79,16 +79,9 @@ class LaunchPool:
 
     def __init__(self, workers=2):
         self._executor = concurrent.futures.ThreadPoolExecutor(workers)
-        self._futures = []
 
     def submit(self, function, *args):
-        future = self._executor.submit(function, *args)
-        self._futures.append(future)
-        return future
-
-    def drain(self):
-        """Wait for every launch submitted (before a test whose timing they would disturb)."""
-        concurrent.futures.wait(self._futures)
+        return self._executor.submit(function, *args)
 
     def close(self):
         self._executor.shutdown(cancel_futures=True)
@@ -101,8 +94,8 @@ def pool():
     launches.close()
 
 
-#: The fixtures that submit launches to the pool, the longest first.
-LAUNCH_FIXTURES = ("resume_launches", "worker_launch", "nvidia_launch", "example_launch",
+#: The fixtures that start launches (the pool's the longest first; the hanging job's beside them).
+LAUNCH_FIXTURES = ("hanging_launch", "resume_launches", "worker_launch", "nvidia_launch",
                    "different_flags_launch", "dying_rank_launch", "one_process_launch")
 
 
@@ -118,6 +111,22 @@ def background(request, pool):
     for name in LAUNCH_FIXTURES:
         if name in used:
             request.getfixturevalue(name)
+
+
+@needs_horovod
+def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(load_benchmark, tmp_path,
+                                                               monkeypatch):
+    """In this process (its Horovod jobs are its own subprocesses), one thread per rank; the
+    module's first test, so that it runs here while the launches run in the background."""
+    for name in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "PYTHONPATH"):
+        monkeypatch.setenv(name, ENV[name])
+    assert load_benchmark("horovod_allreduce").main(["--quick", "--out-dir", str(tmp_path)]) == 0
+    record = json.load(open(tmp_path / "horovod_allreduce.json"))
+    ratios = {row["gradients"]: row["vs_float32"] for row in record["bytes"]}
+    assert 0.5 < ratios["float16"] < 0.55  # BatchNorm's gamma and beta stay float32
+    assert ratios["float32, Horovod fp16 compression"] == 0.5
+    assert [row["processes"] for row in record["throughput"]] == [1, 2]
+    assert [row["gradients"] for row in record["allreduce"]] == ["float32", "float16"]
 
 
 @pytest.fixture(scope="module")
@@ -242,11 +251,12 @@ def test_a_dying_rank_ends_the_job_at_once_with_its_exit_code(dying_rank_launch)
 
 
 def resume_sequence(api, run_dir):
-    """Two ranks train an epoch, two ranks resume it, one process resumes that, two ranks again:
-    ``[(processes, CompletedProcess)]``, up to the first failure."""
+    """Two ranks train an epoch, one process resumes it, two ranks resume that:
+    ``[(processes, CompletedProcess)]``, up to the first failure.  Each way across is one resume:
+    a 2-rank checkpoint read by one process and one process's read by 2 ranks (2 ranks reading
+    their own is the multi-host tests' and tests/test_slurm.py's)."""
     prefix = str(run_dir / "r")
-    runs = [(2, []), (2, ["--resume", prefix]), (1, ["--resume", prefix]),
-            (2, ["--resume", prefix])]
+    runs = [(2, []), (1, ["--resume", prefix]), (2, ["--resume", prefix])]
     jobs = []
     for epochs, (processes, resume) in enumerate(runs, start=1):
         flags = TINY + ["--api", api, "--model-prefix", prefix, "--num-epochs", str(epochs),
@@ -272,8 +282,8 @@ def resume_launches(pool, tmp_path_factory):
 @needs_horovod
 @pytest.mark.parametrize("api", ["gluon", "module"])
 def test_script_checkpoints_resume_on_one_process_and_on_two(resume_launches, api):
-    """Two ranks train an epoch, two ranks resume it, one process resumes that, two ranks again;
-    only rank 0 logs and saves, and each run continues the update count and the loss scale."""
+    """Two ranks train an epoch, one process resumes it, two ranks resume that; only rank 0 logs
+    and saves, and each run continues the update count and the loss scale."""
     future, run_dir = resume_launches[api]
     jobs = future.result()
     for epochs, (processes, job) in enumerate(jobs, start=1):
@@ -282,32 +292,38 @@ def test_script_checkpoints_resume_on_one_process_and_on_two(resume_launches, ap
                         if line.startswith("[1]") and " INFO " in line]  # rank 1: warnings only
         assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
         assert f"{api}): {epochs} epochs" in job.stdout or epochs == 1
-    assert len(jobs) == 4
+    assert len(jobs) == 3
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     starts = [r for r in records if r["event"] == "start"]
     ends = [r for r in records if r["event"] == "epoch"]
-    assert [r["epoch"] for r in ends] == [0, 1, 2, 3]  # one record per epoch: rank 0's only
+    assert [r["epoch"] for r in ends] == [0, 1, 2]  # one record per epoch: rank 0's only
     assert [r["num_update"] for r in starts] == [0] + [r["num_update"] for r in ends[:-1]]
     assert [end["num_update"] - start["num_update"] + end["skipped_steps"]
-            for start, end in zip(starts, ends)] == [2, 2, 2, 2]  # 2 steps an epoch
+            for start, end in zip(starts, ends)] == [2, 2, 2]  # 2 steps an epoch
     assert [r["loss_scale"] for r in starts[1:]] == [r["loss_scale"] for r in ends[:-1]]
     log_text = open(run_dir / "train.log").read()
-    assert log_text.count("Horovod: rank 0 of 2 processes") == 3
+    assert log_text.count("Horovod: rank 0 of 2 processes") == 2
+
+
+#: MXNet's example fit.py command for Horovod (example/distributed_training-horovod).
+EXAMPLE_COMMAND = train_imagenet(
+    "--network", "resnet", "--num-layers", "20", "--kv-store", "horovod", "--image-shape",
+    "3,28,28", "--num-classes", "4", "--num-epochs", "1", "--max-batches", "1", "--batch-size", "4",
+    "--benchmark", "1", "--dtype", "float32", "--gc-type", "fp16")
 
 
 @pytest.fixture(scope="module")
-def example_launch(pool):
-    return pool.submit(launch, train_imagenet(
-        "--network", "resnet", "--num-layers", "20", "--kv-store", "horovod", "--image-shape",
-        "3,28,28", "--num-classes", "4", "--num-epochs", "1", "--max-batches", "1",
-        "--batch-size", "4", "--benchmark", "1", "--dtype", "float32", "--gc-type", "fp16"))
+def one_process_launch(pool):
+    """:data:`EXAMPLE_COMMAND` as one process, without horovodrun: a Horovod job of one rank (the
+    commands reach the ranks through horovodrun in every other job of this module)."""
+    return pool.submit(run, EXAMPLE_COMMAND)
 
 
 @needs_horovod
-def test_mxnet_example_horovod_command_with_its_network_flag(example_launch):
-    """MXNet's example fit.py command under horovodrun: ``--network`` reaches the script; float32
-    gradients travel as float16 with ``--gc-type fp16``."""
-    job = example_launch.result()
+def test_mxnet_example_horovod_command_with_its_network_flag(one_process_launch):
+    """MXNet's example fit.py command: ``--network`` reaches the script; float32 gradients travel
+    as float16 with ``--gc-type fp16`` (summed over 2 ranks: horovod_worker's compressed values)."""
+    job = one_process_launch.result()
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
     assert "cifar_resnet20_v2 float32" in job.stdout
     assert "--gc-type fp16: float32 gradients are sent and summed as float16" in job.stdout
@@ -353,11 +369,6 @@ def test_gc_type_fp16_is_horovods_and_only_horovods():
     with pytest.raises(ValueError, match="--gc-type fp16 is Horovod's float16 compression"):
         TrainConfig(gc_type="fp16").checked()
     assert TrainConfig(gc_type="fp16", kv_store="horovod").checked().gc_type == "fp16"
-
-
-@pytest.fixture(scope="module")
-def one_process_launch(pool):
-    return pool.submit(run, train_imagenet("--kv-store", "horovod", *TINY, "--num-epochs", "1"))
 
 
 @needs_horovod
@@ -463,21 +474,6 @@ def test_without_horovodrun_the_launcher_gives_the_whole_install_command(monkeyp
     assert "--no-build-isolation" in INSTALL_COMMAND and "HOROVOD_WITH_MXNET=1" in INSTALL_COMMAND
 
 
-@needs_horovod
-def test_allreduce_benchmark_quick_halves_the_bytes_in_float16(load_benchmark, tmp_path,
-                                                               monkeypatch):
-    """In this process (its Horovod jobs are its own subprocesses), one thread per rank."""
-    for name in ("OMP_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS", "PYTHONPATH"):
-        monkeypatch.setenv(name, ENV[name])
-    assert load_benchmark("horovod_allreduce").main(["--quick", "--out-dir", str(tmp_path)]) == 0
-    record = json.load(open(tmp_path / "horovod_allreduce.json"))
-    ratios = {row["gradients"]: row["vs_float32"] for row in record["bytes"]}
-    assert 0.5 < ratios["float16"] < 0.55  # BatchNorm's gamma and beta stay float32
-    assert ratios["float32, Horovod fp16 compression"] == 0.5
-    assert [row["processes"] for row in record["throughput"]] == [1, 2]
-    assert [row["gradients"] for row in record["allreduce"]] == ["float32", "float16"]
-
-
 @pytest.fixture(scope="module")
 def nvidia_launch(pool, rec_files, tmp_path_factory):
     """``(future, out_dir)``: the command NVIDIA's ``runner -n 2 -b 4 --model-prefix model`` execs
@@ -557,22 +553,34 @@ kv.pushpull(0, mx.nd.ones(3))  # rank 0 waits here for rank 1
 """
 
 
-#: Seconds before the launcher stops the hanging job: the ranks must have started (and written
-#: their pids) by then; horovodrun starts them 7-9 s after the launch on 2 cores loaded 6-fold.
-HANGING_TIMEOUT = 15
+#: Seconds before the launcher stops the hanging job, which starts with the module's first test
+#: (beside the other launches): the ranks must have started (and written their pids) by then;
+#: horovodrun, whose own check of its build imports MXNet in a process of its own, started them
+#: 7-9 s after the launch on 2 cores loaded 6-fold, with nothing else of this module running.
+HANGING_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def hanging_launch(request, tmp_path_factory):
+    """``(result, out_dir)``: the launcher's job of :data:`HANGING_RANK`, started ahead
+    (conftest.started_ahead) so that its timeout runs out while the module's other tests run."""
+    out = tmp_path_factory.mktemp("hanging")
+    script = out / "hang.py"
+    script.write_text(HANGING_RANK)
+    argv = [sys.executable, os.path.join(SCRIPTS_DIR, "launch.py"), "--launcher", "horovod", "-n",
+            "2", "--timeout", str(HANGING_TIMEOUT), "--", sys.executable, str(script), str(out)]
+    test = "test_a_hanging_rank_is_stopped_with_the_whole_job_at_the_timeout"
+    with started_ahead(request, test, argv, HANGING_TIMEOUT + 60, cwd=REPO, env=ENV) as result:
+        yield result, out
 
 
 @needs_horovod
-def test_a_hanging_rank_is_stopped_with_the_whole_job_at_the_timeout(tmp_path, pool):
-    pool.drain()  # the ranks must start (and write their pids) well within the timeout
-    script = tmp_path / "hang.py"
-    script.write_text(HANGING_RANK)
-    job = run([sys.executable, os.path.join(SCRIPTS_DIR, "launch.py"), "--launcher", "horovod",
-               "-n", "2", "--timeout", str(HANGING_TIMEOUT), "--", sys.executable, str(script),
-               str(tmp_path)])
-    assert job.returncode == 124
+def test_a_hanging_rank_is_stopped_with_the_whole_job_at_the_timeout(hanging_launch):
+    result, out = hanging_launch
+    job = result()
+    assert job.returncode == 124, job.stderr[-2000:]
     assert "error: the job ran past its timeout and was stopped" in job.stderr
-    pids = [int((tmp_path / f"pid-{rank}").read_text()) for rank in (0, 1)]
+    pids = [int((out / f"pid-{rank}").read_text()) for rank in (0, 1)]
     deadline = time.monotonic() + 5
     while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
