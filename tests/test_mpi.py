@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -23,7 +24,7 @@ from mxfp16.train.launch import plan as launch_plan
 from mxfp16.train.launch.hosts import Host
 from mxfp16.train.launch.launcher import launch
 from mxfp16.train.state import checkpoint
-from conftest import load_script_main, started_ahead
+from conftest import chosen_items, load_script_main, started_ahead
 from test_distributed import STUCK_OR_FAILING_WORKER, alive, job_logs, recorded_pids
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +83,45 @@ def one_machine_job(request):
     with started_ahead(request, test, argv, timeout=JOB_TIMEOUT, cwd=REPO,
                        env=dict(os.environ, PYTHONPATH=REPO)) as result:
         yield result
+
+
+SIGTERM_TEST = "test_sigterm_to_a_horovod_job_over_mpi_saves_on_rank_0_and_exits_143"
+#: The batch after which :data:`SIGTERM_TEST`'s job is stopped (of 12 an epoch on each rank).
+SIGTERM_AT = "Epoch[0] Batch[3]"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sigterm_job(request, tmp_path_factory):
+    """``(job, folder, prefix, watcher)``: the Horovod job over mpirun of :data:`SIGTERM_TEST`,
+    started with this module's first test, as :func:`one_machine_job` (it runs on this machine,
+    outside the two hosts whose processes the other jobs' tests count); the watcher thread sends
+    the launcher SIGTERM once rank 0's log shows :data:`SIGTERM_AT`."""
+    if MPIRUN_REASON or horovod_mpi_missing() or not chosen_items(request, SIGTERM_TEST):
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("sigterm")
+    prefix = str(folder / "run" / "r")
+    job = start_job(launch_argv(folder / "logs", "--launcher", "horovod", "--horovod-controller",
+                                "mpi", "--", *train_imagenet("--kv-store", "horovod", *TRAIN,
+                                                             "--model-prefix", prefix)))
+    watcher = threading.Thread(target=stop_at, args=(job, folder / "logs" / "mpirun-0.log"),
+                               daemon=True)
+    watcher.start()
+    try:
+        yield job, folder, prefix, watcher
+    finally:
+        if job.poll() is None:  # the test did not wait for it (-x)
+            job.kill()
+        job.communicate()
+
+
+def stop_at(job, log):
+    """SIGTERM to ``job`` once its log ``log`` shows :data:`SIGTERM_AT` (nothing if it ends)."""
+    while job.poll() is None:
+        if log.exists() and SIGTERM_AT in log.read_text(errors="replace"):
+            job.send_signal(signal.SIGTERM)
+            return
+        time.sleep(0.2)
 
 
 # --- the remote agent's mpi mode, as mpirun runs it (a process group of its own) -------------
@@ -323,9 +363,12 @@ SLEEPER = "import sys, time; print('up', flush=True); sys.argv[1:] and __import_
           "time.sleep(120)"
 
 
-def remote_sleeper(hosts):
-    """The pid of the worker on host 2 (not its agent), once it runs."""
+def remote_sleeper(hosts, job):
+    """The pid of the worker on host 2 (not its agent), once it runs (while ``job`` does)."""
     for _ in range(300):
+        if job.poll() is not None:
+            raise AssertionError(f"the job ended ({job.returncode}) before its worker ran on host "
+                                 f"2: {job.stdout.read()[-3000:]}")
         for pid in hosts.pids(1):
             words = two_hosts.command_line(pid).split()
             if words[2:4] == ["-c", SLEEPER.split()[0]]:  # python -c import ...: not the agent
@@ -342,7 +385,7 @@ def test_a_remote_worker_killed_or_the_launcher_killed_leaves_nothing_on_either_
     path = hostfile(tmp_path, "node1", "node2")
     job = on_host_1(hosts, launch_argv(tmp_path / "logs", "--launcher", "mpi", "-s", "1", "-H", path,
                                        "--", "python", "-c", SLEEPER))
-    os.kill(remote_sleeper(hosts), signal.SIGKILL)
+    os.kill(remote_sleeper(hosts, job), signal.SIGKILL)
     output, _ = job.communicate(timeout=JOB_TIMEOUT)
     assert job.returncode == 137, output
     failed = [line for line in output.splitlines() if "failed" in line]
@@ -352,7 +395,7 @@ def test_a_remote_worker_killed_or_the_launcher_killed_leaves_nothing_on_either_
 
     job = on_host_1(hosts, launch_argv(tmp_path / "logs2", "--launcher", "mpi", "-H", path, "--",
                                        "python", "-c", SLEEPER))
-    remote_sleeper(hosts)
+    remote_sleeper(hosts, job)
     job.kill()  # the launcher, with SIGKILL: mpirun dies with it and ends the job everywhere
     job.wait(timeout=10)
     assert hosts.leftovers(0, wait=15) == [] and hosts.leftovers(1, wait=15) == []
@@ -380,7 +423,7 @@ def test_bad_hosts_and_a_remote_worker_that_cannot_start_are_one_line_each(hosts
     assert_nothing_left(hosts, output)
 
 
-# --- the heavy jobs, the first of them started ahead (:func:`one_machine_job`) -------------
+# --- the heavy jobs, the first two started ahead (:func:`one_machine_job`, :func:`sigterm_job`)
 
 @pytest.mark.slow
 @needs_horovod_mpi
@@ -394,17 +437,13 @@ def test_mpirun_np_2_trains_with_the_horovod_kvstore_on_one_machine(one_machine_
 
 @pytest.mark.slow
 @needs_horovod_mpi
-def test_sigterm_to_a_horovod_job_over_mpi_saves_on_rank_0_and_exits_143(tmp_path):
+def test_sigterm_to_a_horovod_job_over_mpi_saves_on_rank_0_and_exits_143(sigterm_job):
     """``--horovod-controller mpi``: mpirun passes the stop on as SIGUSR1, the ranks agree on a
-    step, rank 0 saves it, and mpirun lets rank 0 finish."""
-    prefix = str(tmp_path / "run" / "r")
-    job = start_job(launch_argv(tmp_path / "logs", "--launcher", "horovod", "--horovod-controller",
-                                "mpi", "--", *train_imagenet("--kv-store", "horovod", *TRAIN,
-                                                             "--model-prefix", prefix)))
-    log = tmp_path / "logs" / "mpirun-0.log"
-    wait_for(job, log, "Epoch[0] Batch[3]")
-    job.send_signal(signal.SIGTERM)
+    step, rank 0 saves it, and mpirun lets rank 0 finish (started ahead, see
+    :func:`sigterm_job`)."""
+    job, folder, prefix, watcher = sigterm_job
     output, _ = job.communicate(timeout=JOB_TIMEOUT)
+    log = folder / "logs" / "mpirun-0.log"
     ranks = log.read_text()
     assert job.returncode == 143, output + ranks
     stopped = [line for line in ranks.splitlines() if "stopped by SIGTERM" in line]
