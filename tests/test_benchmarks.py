@@ -3,6 +3,7 @@
 The assertions are on structure and on exact facts (modes, row counts, files, the float16 underflow
 of the loss-scaling benchmark), never on wall-clock times.
 """
+import contextlib
 import json
 import math
 import os
@@ -12,11 +13,46 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import BENCHMARKS_DIR
+from conftest import BENCHMARKS_DIR, started_ahead
+
+#: The --quick runs that mostly wait for processes of their own, as the test that checks each one
+#: names it: started as scripts with this module's first test (conftest.started_ahead), they run
+#: on one core while the in-process tests here run on the other.
+AHEAD = {"overflow_warning": "test_overflow_warning_quick_times_two_workers_side_by_side_and_the_"
+                             "locator",
+         "train_throughput": "test_train_throughput_quick"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quick_ahead(request, tmp_path_factory):
+    """``{name: (result, out_dir)}`` of the :data:`AHEAD` runs this session checks, ``result``
+    giving the script's ``CompletedProcess``."""
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for name, test in AHEAD.items():
+            out_dir = tmp_path_factory.mktemp(name)
+            command = [sys.executable, os.path.join(BENCHMARKS_DIR, f"{name}.py"), "--quick",
+                       "--out-dir", str(out_dir)]
+            result = stack.enter_context(started_ahead(request, test, command, timeout=600,
+                                                       cwd=os.path.dirname(BENCHMARKS_DIR)))
+            runs[name] = (result, out_dir)
+        yield runs
 
 
 def run_quick(module, out_dir, *extra):
     assert module.main(["--quick", "--out-dir", str(out_dir), *extra]) == 0
+    return quick_results(module, out_dir)
+
+
+def ran_ahead(module, quick_ahead):
+    """The record and Markdown of ``module``'s --quick run started ahead (:func:`quick_ahead`)."""
+    result, out_dir = quick_ahead[module.NAME]
+    done = result()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return quick_results(module, out_dir)
+
+
+def quick_results(module, out_dir):
     with open(out_dir / f"{module.NAME}.json") as json_file:
         record = json.load(json_file)
     markdown = (out_dir / f"{module.NAME}.md").read_text()
@@ -102,21 +138,6 @@ def test_loss_scale_floor_quick_goes_below_1_only_with_the_floor(load_benchmark,
     assert runs[20, -24]["updates"] == 2 and runs[20, -24]["final_scale"] < 2.0 ** -10
 
 
-@pytest.mark.slow
-def test_overflow_warning_quick_times_two_workers_side_by_side_and_the_locator(load_benchmark,
-                                                                            tmp_path):
-    record, markdown = run_quick(load_benchmark("overflow_warning"), tmp_path)
-    (row,) = record["paths"]
-    assert row["path"] == "trainer-mlp" and len(row["rounds"]) == 1
-    assert row["before_ms"] > 0 and row["after_ms"] > 0 and row["ratio"] > 0
-    assert row["round_ratio_q1"] <= row["round_ratio_median"] <= row["round_ratio_q3"]
-    assert len(table_rows(markdown)) == 1 and len(record["locator"]["seconds"]) == 2
-    assert record["locator"]["step_seconds"] > 0 and isinstance(record["locator"]["culprits"], int)
-    assert "find_overflow on mobilenet0_25, batch 2 at 32 px" in markdown
-    assert set(record["added_us"]) == {"after_step", "keep_call + forget_calls",
-                                       "module_step's alarm look-up"}
-
-
 def test_cast_time_quick_counts_casts(load_benchmark, tmp_path):
     module = load_benchmark("cast_time")
     record, markdown = run_quick(module, tmp_path)
@@ -138,24 +159,6 @@ def test_data_pipeline_quick(load_benchmark, tmp_path):
         assert list(by_iterator) == ["raw ImageRecordIter", "mxfp16 record_iter"]
         assert all(value["img_per_s"] > 0 for value in by_iterator.values())
     assert len(table_rows(markdown)) == 4
-
-
-@pytest.mark.slow
-def test_train_throughput_quick(load_benchmark, tmp_path):
-    module = load_benchmark("train_throughput")
-    record, markdown = run_quick(module, tmp_path)
-    rows = record["results"]
-    assert [row["dtype"] for row in rows] == ["float32", "float16", "bfloat16"]
-    assert len(table_rows(markdown)) == 3
-    assert rows[0]["bare_over_float32"] == 1.0
-    for row in rows:
-        assert row["bare_img_per_s"] > 0 and len(row["bare_step_times_s"]) == 3  # 1 + 2 steps
-        status = row["script"]["status"]
-        if os.path.isfile(module.SCRIPT):
-            assert status == "ok", row["script"]
-            assert row["script_over_bare"] > 0
-        else:
-            assert status.startswith("skipped: ") and row["script_over_bare"] is None
 
 
 @pytest.mark.slow
@@ -544,3 +547,38 @@ def test_numpy_kernels_quick_runs_three_ops_in_both_dtypes(load_benchmark, tmp_p
     assert list(record["ops"]) == ["_npx_relu", "_npx_sigmoid", "_npi_add"]
     assert all(set(result) == {"float16", "bfloat16"} for result in record["ops"].values())
     assert len(table_rows(markdown)) == 3
+
+
+# ---- the runs started ahead (quick_ahead), checked last: they ran beside the tests above ----
+
+@pytest.mark.slow
+def test_train_throughput_quick(load_benchmark, quick_ahead):
+    module = load_benchmark("train_throughput")
+    record, markdown = ran_ahead(module, quick_ahead)
+    rows = record["results"]
+    assert [row["dtype"] for row in rows] == ["float32", "float16", "bfloat16"]
+    assert len(table_rows(markdown)) == 3
+    assert rows[0]["bare_over_float32"] == 1.0
+    for row in rows:
+        assert row["bare_img_per_s"] > 0 and len(row["bare_step_times_s"]) == 3  # 1 + 2 steps
+        status = row["script"]["status"]
+        if os.path.isfile(module.SCRIPT):
+            assert status == "ok", row["script"]
+            assert row["script_over_bare"] > 0
+        else:
+            assert status.startswith("skipped: ") and row["script_over_bare"] is None
+
+
+@pytest.mark.slow
+def test_overflow_warning_quick_times_two_workers_side_by_side_and_the_locator(load_benchmark,
+                                                                            quick_ahead):
+    record, markdown = ran_ahead(load_benchmark("overflow_warning"), quick_ahead)
+    (row,) = record["paths"]
+    assert row["path"] == "trainer-mlp" and len(row["rounds"]) == 1
+    assert row["before_ms"] > 0 and row["after_ms"] > 0 and row["ratio"] > 0
+    assert row["round_ratio_q1"] <= row["round_ratio_median"] <= row["round_ratio_q3"]
+    assert len(table_rows(markdown)) == 1 and len(record["locator"]["seconds"]) == 2
+    assert record["locator"]["step_seconds"] > 0 and isinstance(record["locator"]["culprits"], int)
+    assert "find_overflow on mobilenet0_25, batch 2 at 32 px" in markdown
+    assert set(record["added_us"]) == {"after_step", "keep_call + forget_calls",
+                                       "module_step's alarm look-up"}
