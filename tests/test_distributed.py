@@ -5,6 +5,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import contextlib
 import time
 from dataclasses import replace
 
@@ -18,6 +19,7 @@ from mxfp16.train.launch.plan import LaunchError, plan_processes
 from mxfp16.train.launch.launcher import launch
 
 import dist_worker
+from conftest import chosen_items, started_ahead
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 TRAIN_IMAGENET = os.path.join(os.path.dirname(TESTS_DIR), "scripts", "train_imagenet.py")
@@ -287,15 +289,42 @@ def test_script_user_errors_print_one_line_and_exit_2(launch_main, tmp_path, cap
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
+SCRIPT_JOB_TEST = "test_train_imagenet_runs_as_a_two_worker_float16_job"
+
+
+def script_job_argv(api, log_dir):
+    """scripts/launch.py's dist_sync job of train_imagenet.py: 2 float16 workers, 1 server."""
+    return [sys.executable, os.path.join(os.path.dirname(TRAIN_IMAGENET), "launch.py"), "-n", "2",
+            "-s", "1", "--timeout", str(JOB_TIMEOUT), "--log-dir", str(log_dir), "--env",
+            "OMP_NUM_THREADS:1", "--", sys.executable, TRAIN_IMAGENET, "--kv-store", "dist_sync",
+            "--api", api, "--dtype", "float16", "--loss-scale", "dynamic", "--benchmark", "1",
+            "--network", "cifar_resnet20_v1", "--num-classes", "4", "--image-shape", "3,16,16",
+            "--batch-size", "4", "--num-examples", "32", "--num-epochs", "1", "--max-batches", "3"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def script_jobs(request, tmp_path_factory):
+    """API -> ``(result, log_dir)`` of :func:`script_job_argv`, started with this module's first
+    test (conftest.started_ahead) for the APIs the session runs :data:`SCRIPT_JOB_TEST` with:
+    they train while the jobs and the light tests before them run."""
+    apis = {item.callspec.params["api"] for item in chosen_items(request, SCRIPT_JOB_TEST)}
+    jobs = {}
+    with contextlib.ExitStack() as stack:
+        for api in sorted(apis if os.path.exists(TRAIN_IMAGENET) else ()):
+            log_dir = tmp_path_factory.mktemp(f"script-{api}") / "logs"
+            result = stack.enter_context(started_ahead(
+                request, SCRIPT_JOB_TEST, script_job_argv(api, log_dir), JOB_TIMEOUT + 30,
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                    [os.path.dirname(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))))
+            jobs[api] = result, log_dir
+        yield jobs
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(TRAIN_IMAGENET), reason="scripts/train_imagenet.py not written")
 @pytest.mark.parametrize("api", ["gluon", "module"])
-def test_train_imagenet_runs_as_a_two_worker_float16_job(launch_main, tmp_path, api):
-    code = launch_main(["-n", "2", "-s", "1", "--timeout", str(JOB_TIMEOUT), "--log-dir",
-                        str(tmp_path / "logs"), "--env", "OMP_NUM_THREADS:1", "--",
-                        sys.executable, TRAIN_IMAGENET, "--kv-store", "dist_sync", "--api", api,
-                        "--dtype", "float16", "--loss-scale", "dynamic", "--benchmark", "1",
-                        "--network", "cifar_resnet20_v1", "--num-classes", "4",
-                        "--image-shape", "3,16,16", "--batch-size", "4", "--num-examples", "32",
-                        "--num-epochs", "1", "--max-batches", "3"])
-    assert code == 0, job_logs(tmp_path / "logs")
+def test_train_imagenet_runs_as_a_two_worker_float16_job(script_jobs, api):
+    """scripts/launch.py as users type it (started ahead, see :func:`script_jobs`)."""
+    result, log_dir = script_jobs[api]
+    job = result()
+    assert job.returncode == 0, job.stderr[-2000:] + job_logs(log_dir)
