@@ -105,10 +105,13 @@ def _sshd_config(folder, address, index):
 
 def _client_env(folder):
     """An ``ssh`` first on PATH that adds the test's config: the launcher's ssh calls and
-    horovodrun's both use it, and ~/.ssh is left alone."""
+    horovodrun's both use it, and ~/.ssh is left alone.  The host keys go to a known_hosts file of
+    the pair's own (the launcher's ``StrictHostKeyChecking=accept-new`` adds them): the pairs of
+    other runs have other keys under the same names and addresses."""
     (folder / "ssh_config").write_text(
         f"Host *\n  IdentityFile {folder / 'client_key'}\n  IdentitiesOnly yes\n  User root\n"
-        "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n")
+        f"  UserKnownHostsFile {folder / 'known_hosts'}\n  StrictHostKeyChecking no\n"
+        "  LogLevel ERROR\n")
     bin_dir = folder / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "ssh"
