@@ -328,16 +328,24 @@ def _run_group(group, tmp_path, parsers):
         _check_output(block, outputs.get(block.where, ""))
 
 
+def _processes(group):
+    """The processes a group starts: its bash blocks' command lines, and one for its python."""
+    blocks = GROUPS[group]
+    return sum(len(logical_lines(block.text)) for block in blocks if block.lang == "bash") + \
+        any(block.lang == "python" for block in blocks)
+
+
 @pytest.fixture(scope="module")
 def group_runs(request, tmp_path_factory, program_flags):
     """``{group: future of its run}`` for the groups this session runs, two groups at a time: a
     group leaves one of the two cores idle most of its time (interpreters starting, networks of a
-    few layers), so two run side by side."""
+    few layers), so two run side by side.  The groups of most processes start first (the
+    training scripts' chain of 7 is the longest), so that no long group runs alone at the end."""
     selected = [item.callspec.params["group"]
                 for item in chosen_items(request, "test_block_runs")]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         yield {group: pool.submit(_run_group, group, tmp_path_factory.mktemp("docs"), program_flags)
-               for group in selected}
+               for group in sorted(selected, key=_processes, reverse=True)}
         pool.shutdown(cancel_futures=True)  # after -x or Ctrl-C: the groups not started yet
 
 
