@@ -7,13 +7,12 @@ import contextlib
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import BENCHMARKS_DIR, started_ahead
+from conftest import BENCHMARKS_DIR, chosen_items, started_ahead
 
 #: The --quick runs that mostly wait for processes of their own, as the test that checks each one
 #: names it: started as scripts with this module's first test (conftest.started_ahead), they run
@@ -490,48 +489,6 @@ def test_emulation_step_quick_times_both_dtypes(load_benchmark, capsys):
     assert lines[2]["float16_over_float32"] > 0
 
 
-@pytest.mark.slow
-def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(tmp_path):
-    import mxnet as mx
-    from gluoncv.model_zoo import get_model
-
-    backbone = get_model("mobilenet0.25", pretrained=False)
-    backbone.initialize(mx.init.Constant(0.5))
-    backbone(mx.nd.zeros((1, 3, 32, 32)))  # the convolutions' input channels are inferred
-    weights = tmp_path / "backbone.params"
-    backbone.save_parameters(str(weights))
-    script = tmp_path / "train_like.py"
-    script.write_text(UPSTREAM_LIKE_SCRIPT)
-    runner = os.path.join(BENCHMARKS_DIR, "run_upstream.py")
-    rss_log = tmp_path / "rss.log"
-
-    def start(*options):
-        return subprocess.Popen([sys.executable, runner, *options, str(script), "--seed", "3"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=tmp_path)
-
-    def finish(process):
-        stdout, stderr = process.communicate(timeout=300)
-        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    # three independent runs, started together: each is mostly an interpreter starting
-    started = [start("--backbone", f"mobilenet0.25={weights}", "--rss-log", str(rss_log),
-                     "--rss-interval", "0.1"), start(), start("--random-base")]
-    done, refused, random_base = [finish(process) for process in started]
-    assert done.returncode == 0, done.stderr
-    # the first conv of the base holds the file's 0.5s: 8 filters of 3x3x3
-    assert "first conv weight sum 108.0\n" in done.stdout
-    assert "args ['--seed', '3']\n" in done.stdout  # the script's own arguments, untouched
-    assert "mxfp16.amp loss scaler: final scale " in done.stdout
-    assert "skipped steps 0\n" in done.stdout
-    samples = [line.split() for line in rss_log.read_text().splitlines()]
-    assert samples and all(float(gb) > 0 for _, gb in samples)
-    # without a stand-in the zoo's download is refused, naming the fix
-    assert refused.returncode != 0
-    assert "offline: no weights for 'mobilenet0.25'; pass --backbone mobilenet0.25=FILE" \
-        in refused.stderr
-    assert random_base.returncode == 0 and "first conv weight deferred\n" in random_base.stdout
-
-
 def test_numpy_interface_quick_counts_no_more_casts_than_legacy(load_benchmark, tmp_path):
     record, markdown = run_quick(load_benchmark("numpy_interface"), tmp_path,
                                  "--parts", "fidelity,casts")
@@ -582,3 +539,55 @@ def test_overflow_warning_quick_times_two_workers_side_by_side_and_the_locator(l
     assert "find_overflow on mobilenet0_25, batch 2 at 32 px" in markdown
     assert set(record["added_us"]) == {"after_step", "keep_call + forget_calls",
                                        "module_step's alarm look-up"}
+
+
+UPSTREAM_TEST = "test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def upstream_runs(request, tmp_path_factory):
+    """``(results, rss_log)`` of :data:`UPSTREAM_TEST`'s three independent run_upstream.py runs
+    (a stand-in backbone, none, a random base), started together with this module's first test
+    (conftest.started_ahead): each is mostly an interpreter starting; None when the session does
+    not run that test."""
+    if not chosen_items(request, UPSTREAM_TEST):
+        yield None
+        return
+    import mxnet as mx
+    from gluoncv.model_zoo import get_model
+
+    tmp_path = tmp_path_factory.mktemp("upstream")
+    backbone = get_model("mobilenet0.25", pretrained=False)
+    backbone.initialize(mx.init.Constant(0.5))
+    backbone(mx.nd.zeros((1, 3, 32, 32)))  # the convolutions' input channels are inferred
+    weights = tmp_path / "backbone.params"
+    backbone.save_parameters(str(weights))
+    script = tmp_path / "train_like.py"
+    script.write_text(UPSTREAM_LIKE_SCRIPT)
+    runner = os.path.join(BENCHMARKS_DIR, "run_upstream.py")
+    rss_log = tmp_path / "rss.log"
+    options = (["--backbone", f"mobilenet0.25={weights}", "--rss-log", str(rss_log),
+                "--rss-interval", "0.1"], [], ["--random-base"])
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(started_ahead(
+            request, UPSTREAM_TEST, [sys.executable, runner, *option, str(script), "--seed", "3"],
+            timeout=300, cwd=tmp_path)) for option in options], rss_log
+
+
+@pytest.mark.slow
+def test_run_upstream_gives_the_backbone_samples_memory_and_reports_the_scaler(upstream_runs):
+    results, rss_log = upstream_runs
+    done, refused, random_base = [result() for result in results]
+    assert done.returncode == 0, done.stderr
+    # the first conv of the base holds the file's 0.5s: 8 filters of 3x3x3
+    assert "first conv weight sum 108.0\n" in done.stdout
+    assert "args ['--seed', '3']\n" in done.stdout  # the script's own arguments, untouched
+    assert "mxfp16.amp loss scaler: final scale " in done.stdout
+    assert "skipped steps 0\n" in done.stdout
+    samples = [line.split() for line in rss_log.read_text().splitlines()]
+    assert samples and all(float(gb) > 0 for _, gb in samples)
+    # without a stand-in the zoo's download is refused, naming the fix
+    assert refused.returncode != 0
+    assert "offline: no weights for 'mobilenet0.25'; pass --backbone mobilenet0.25=FILE" \
+        in refused.stderr
+    assert random_base.returncode == 0 and "first conv weight deferred\n" in random_base.stdout
