@@ -367,15 +367,15 @@ def test_family_casts_trains_and_infers(module, dtype, mode):
     if train:
         trained = {n: p for n, p in cast.collect_params().items() if p.grad_req != "null"}
         trainer = mxfp16.Trainer(trained, "sgd", {"learning_rate": 0.001})
-        losses = []
-        for step in range(3):
-            with autograd.record():
-                value = loss(cast)
-            losses.append(float(value.asscalar()))
-            if step < 2:  # the third loss is only read: the two updates before it lower it
-                trainer.backward(value)
-                trainer.step(1)
-        assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+        with autograd.record():
+            value = loss(cast)
+        trainer.backward(value)
+        trainer.step(1)
+        with autograd.record():  # a training call as the first (YOLOv3 returns losses so)
+            after = loss(cast)
+        # One update lowers every family's loss (by 0.04% for MobilePose to 83% for YOLOv3).
+        losses = [float(value.asscalar()), float(after.asscalar())]
+        assert np.isfinite(losses).all() and losses[1] < losses[0], losses
         if module in TRAINING_CALLS:  # training traced a graph of its own, and made parameters
             assert_structure(flat(cast(x)), reference)
     # A few steps into training, an untrained detector's decoded boxes reach 1e16 in float32 too
