@@ -129,9 +129,9 @@ GLUONCV_ZOO = ["resnet50_v1d", "resnext50_32x4d", "se_resnet18_v1", "mobilenetv3
 
 def input_size(name):
     """The smallest convenient input side: pooling windows fix it for some networks."""
-    if name in ("inceptionv3", "xception"):
+    if name == "inceptionv3":
         return 299
-    if name.startswith(("alexnet", "densenet", "squeezenet")):
+    if name.startswith(("densenet", "squeezenet")):
         return 224
     return 32 if name.startswith(("cifar", "vgg")) else 64
 
@@ -283,7 +283,7 @@ SYMBOL_FAMILIES = ["resnet18_v1", "resnext50_32x4d", "vgg11", "alexnet", "google
 
 @pytest.mark.parametrize("name", slow_except(SYMBOL_FAMILIES, ["resnet18_v1"]))
 def test_cast_symbol_of_gluon_exports_binds_and_trains_with_module(name, tmp_path):
-    size = {"inceptionv3": 299, "alexnet": 96, "densenet121": 224, "squeezenet1.0": 224,
+    size = {"inceptionv3": 299, "vgg11": 32, "densenet121": 224, "squeezenet1.0": 224,
             "googlenet": 224}.get(name, 64)
     net = get_network(name, num_classes=10)
     net.initialize()
