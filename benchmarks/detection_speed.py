@@ -28,11 +28,14 @@ Outputs in --out-dir: detection_speed.md and .json.
 Usage: python benchmarks/detection_speed.py [--detectors ssd_mobilenet0.25,...] [--rounds 5] [--quick]
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -164,7 +167,12 @@ def cast_counts(detector, config):
 def profile(steps, config):
     """Per dtype: operator name -> milliseconds per step (steps built with bulk execution off),
     the dtypes profiled a step each in turn, as they are timed."""
-    mx.profiler.set_config(profile_all=True, aggregate_stats=True, filename=os.devnull)
+    # MXNet's profiler deletes the file it is given (and writes it at exit): a file of our own,
+    # never os.devnull, which it would replace with a regular file (as root)
+    folder = tempfile.mkdtemp(prefix="mxfp16-profile-")
+    atexit.register(shutil.rmtree, folder, True)
+    mx.profiler.set_config(profile_all=True, aggregate_stats=True,
+                           filename=os.path.join(folder, "profile.json"))
     result = {dtype: defaultdict(float) for dtype in steps}
     for _ in range(config.profile_steps):
         for dtype, step in steps.items():

@@ -307,6 +307,9 @@ def test_example_poly_schedule_pow2_is_the_poly_lr_mode():
     (["--optimizer", "lbsgd", "--macrobatch-size", "64"], "pass --batch-size 64"),
     (["--macrobatch-size", "-1"], "--macrobatch-size must be >= 0"),
     (["-j", "-1"], "--num-data-workers must be >= 0"),
+    # MXNet's profiler deletes its file first: given /dev/null, it would replace the device
+    (["--profile-worker-suffix", os.devnull], "--profile-worker-suffix /dev/null: MXNet's "
+                                              "profiler deletes the file it is given"),
 ])
 def test_example_flags_that_cannot_apply_are_one_error_line(capsys, argv, words):
     base = SMALL + ["--benchmark", "1", "--num-examples", "8"] + SHORT

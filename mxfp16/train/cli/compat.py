@@ -286,6 +286,12 @@ def _check_example_fit_flags(config):
         raise ValueError(f"--profile-server-suffix {config.profile_server_suffix}: mxfp16 does "
                          "not profile the kvstore servers; pass --profile-worker-suffix FILE to "
                          "profile the training on the workers")
+    suffix = config.profile_worker_suffix
+    if suffix and os.path.lexists(suffix) and not os.path.isfile(suffix):
+        raise ValueError(f"--profile-worker-suffix {suffix}: MXNet's profiler deletes the file "
+                         "it is given and writes a new one, so it must be a file path (it is a "
+                         f"{'directory' if os.path.isdir(suffix) else 'device or special file'}); "
+                         "pass a file name such as profile.json")
 
 
 def _example_fit_notes(config):
