@@ -1,9 +1,9 @@
 """GluonCV 0.10's detection, segmentation and pose model-zoo families at tiny sizes, cast to float16
-(CPU emulation) and bfloat16: a few training steps with each family's own targets and losses, as
-GluonCV's training scripts compute them, and a falling loss; inference with the float32 network's
-structure of outputs; the GPU graph (emulate=False) passes type inference with float32 outputs and
-float16 GEMM weights.  The families are discovered from GluonCV's model zoo, so a new one is not
-missed: each is swept or excepted with its reason."""
+(CPU emulation) and bfloat16: a training step with each family's own targets and losses, as
+GluonCV's training scripts compute them, and a loss that one update lowers; inference with the
+float32 network's structure of outputs; the GPU graph (emulate=False) passes type inference with
+float32 outputs and float16 GEMM weights.  The families are discovered from GluonCV's model zoo,
+so a new one is not missed: each is swept or excepted with its reason."""
 import mxnet as mx
 import numpy as np
 import pytest
